@@ -1,0 +1,38 @@
+# punctual's two set-up commands: `make run` and `make test` (see README.md).
+PYTHON ?= python3
+VENV := .venv
+BIN := $(VENV)/bin
+STAMP := $(VENV)/.installed-stamp
+
+.PHONY: run test lint unit bench clean
+
+$(STAMP): pyproject.toml constraints.txt
+	test -x $(BIN)/python || $(PYTHON) -m venv $(VENV)
+	$(BIN)/python -m pip install --quiet --upgrade pip
+	$(BIN)/python -m pip install --quiet -c constraints.txt -e '.[dev,temporal]'
+	touch $(STAMP)
+
+## run: serve the demo app on http://127.0.0.1:8080 with a SQLite file (punctual.db)
+run: $(STAMP)
+	$(BIN)/punctual serve
+
+## lint: ruff, formatting, mypy and the import layers
+lint: $(STAMP)
+	$(BIN)/ruff check src tests bench
+	$(BIN)/ruff format --check src tests bench
+	$(BIN)/mypy
+	$(BIN)/lint-imports
+
+## test: every check and every test (SQLite always; PostgreSQL and Temporal when reachable, required with CI=true)
+test: lint
+	$(BIN)/python -m pytest
+
+## unit: the fast tests only
+unit: $(STAMP)
+	$(BIN)/python -m pytest tests/unit -q
+
+bench: $(STAMP)
+	$(BIN)/python -m bench
+
+clean:
+	rm -rf $(VENV) .pytest_cache .mypy_cache .ruff_cache

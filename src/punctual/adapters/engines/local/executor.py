@@ -1,0 +1,787 @@
+"""Run workflow bodies in warm child processes, so that terminate and timeouts really stop them.
+
+A Python thread cannot be stopped from outside: a body that ignores its ``RunContext`` (a
+hung socket read, a busy loop, a C extension) would keep running after the run was
+recorded ``terminated`` or ``timed_out`` (SPEC WF-5, WF-7). So every body runs in a child
+process that the parent can SIGKILL. To keep starts cheap, a ``SlotPool`` pre-spawns one
+long-lived child per slot; each child imports the app once and then serves assignments
+one at a time over a pipe.
+
+Children are created with multiprocessing's ``forkserver`` context: the worker process is
+multi-threaded (HTTP client, heartbeats, this pool's monitor), and ``fork`` from a
+multi-threaded process can copy a lock held by another thread and deadlock the child.
+
+Protocol (all messages are small tuples on one duplex ``Pipe`` per child)::
+
+    parent -> child   ("run", Assignment) | ("cancel", run_id) | ("stop",)
+    child  -> parent  ("ready", pid) | ("load_failed", text)
+                      ("started", run_id) | ("finished", run_id, state, result_json, error)
+
+One monitor thread in the parent waits on every child's pipe and exit sentinel, enforces
+execution timeouts, respawns dead children and invokes the callbacks. Callbacks run on
+that thread, never while the pool's lock is held, so they may call back into the pool.
+``on_finished`` is called exactly once per submitted assignment (until ``close``);
+``on_started`` is called at most once, only when the body actually began.
+"""
+
+from __future__ import annotations
+
+import atexit
+import contextlib
+import json
+import logging
+import math
+import multiprocessing
+import os
+import pickle
+import queue
+import signal
+import sys
+import threading
+import time
+import traceback
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from multiprocessing.connection import Connection, wait
+from multiprocessing.process import BaseProcess
+from typing import Any, Literal
+
+from punctual.errors import ConfigurationError
+from punctual.workflows import App, Canceled, RunContext, load_app
+
+logger = logging.getLogger(__name__)
+
+OutcomeState = Literal["completed", "failed", "canceled", "terminated", "timed_out"]
+
+STARTUP_TIMEOUT_SECONDS = 60.0
+"""How long ``start()`` waits for every child to import the app."""
+
+_MAX_RESPAWN_BACKOFF_SECONDS = 30.0
+_MAX_TRACEBACK_CHARS = 16_000
+_MAX_MESSAGE_CHARS = 4_000
+_TERMINATED_REASON = "terminated on request: the process running the body was killed"
+
+
+@dataclass(frozen=True)
+class Assignment:
+    """One attempt of one run, handed to a slot."""
+
+    run_id: str
+    workflow: str
+    version: str
+    payload: Any  # JSON-ready input (already decrypted)
+    attempt: int
+    origin: dict[str, Any]
+    timeout_seconds: float  # execution timeout
+
+
+@dataclass(frozen=True)
+class Outcome:
+    """How an assignment ended.
+
+    ``error`` is ``{"type", "message", "traceback"}`` for ``failed`` (plus ``exit_code``
+    when the child process died), and ``{"reason": ...}`` for ``canceled``,
+    ``terminated`` and ``timed_out``.
+    """
+
+    run_id: str
+    state: OutcomeState
+    result: Any | None  # JSON-ready, for completed
+    error: dict[str, Any] | None
+
+
+# --------------------------------------------------------------------------------------
+# Child side
+# --------------------------------------------------------------------------------------
+
+
+def _child_main(conn: Connection, app_ref: str) -> None:
+    """Entry point of a slot process: import the app once, then serve assignments."""
+    # Ctrl-C on the worker is the parent's to handle (it decides how to shut down), and
+    # a process group of our own lets the parent kill whatever the body spawned, too.
+    signal.signal(signal.SIGINT, signal.SIG_IGN)
+    with contextlib.suppress(OSError):
+        os.setpgid(0, 0)
+    try:
+        app = load_app(app_ref)
+    except BaseException as exc:
+        with contextlib.suppress(OSError, ValueError):
+            conn.send(("load_failed", f"{type(exc).__name__}: {exc}"))
+        return
+    conn.send(("ready", os.getpid()))
+    _ChildServer(conn, app, app_ref).serve()
+
+
+def _exit_now() -> None:
+    """The parent is gone: stop at once so an orphaned body cannot run on unsupervised."""
+    for stream in (sys.stdout, sys.stderr):
+        with contextlib.suppress(Exception):
+            stream.flush()
+    os._exit(0)
+
+
+class _ChildServer:
+    """Runs bodies on the child's main thread; a listener thread reads the pipe."""
+
+    def __init__(self, conn: Connection, app: App, app_ref: str) -> None:
+        self._conn = conn
+        self._app = app
+        self._app_ref = app_ref
+        self._jobs: queue.Queue[tuple[Assignment, threading.Event] | None] = queue.Queue()
+        self._lock = threading.Lock()
+        self._current: tuple[str, threading.Event] | None = None
+
+    def serve(self) -> None:
+        listener = threading.Thread(target=self._listen, name="punctual-slot-listener")
+        listener.daemon = True
+        listener.start()
+        while True:
+            job = self._jobs.get()
+            if job is None:
+                return
+            assignment, cancel_event = job
+            try:
+                self._run(assignment, cancel_event)
+            finally:
+                # The parent may already have sent the next assignment (it got our
+                # "finished"), and the listener registered it: only forget our own.
+                with self._lock:
+                    if self._current is not None and self._current[1] is cancel_event:
+                        self._current = None
+
+    def _listen(self) -> None:
+        while True:
+            try:
+                message = self._conn.recv()
+            except (EOFError, OSError):
+                _exit_now()
+                return
+            kind = message[0]
+            if kind == "run":
+                assignment: Assignment = message[1]
+                event = threading.Event()
+                with self._lock:
+                    self._current = (assignment.run_id, event)
+                self._jobs.put((assignment, event))
+            elif kind == "cancel":
+                with self._lock:
+                    if self._current is not None and self._current[0] == message[1]:
+                        self._current[1].set()
+            elif kind == "stop":
+                self._jobs.put(None)
+                return
+
+    def _run(self, assignment: Assignment, cancel_event: threading.Event) -> None:
+        run_id = assignment.run_id
+        definition = self._app.get(assignment.workflow, assignment.version)
+        if definition is None:
+            error = {
+                "type": "WorkflowNotLoaded",
+                "message": (
+                    f"workflow {assignment.workflow!r} version {assignment.version!r} is not "
+                    f"registered in app {self._app_ref!r} as loaded by this worker; deploy a "
+                    "worker that has it, or pin the run to a loaded version"
+                ),
+                "traceback": "",
+            }
+            self._conn.send(("finished", run_id, "failed", None, error))
+            return
+        ctx = RunContext(run_id, assignment.attempt, assignment.origin, cancel_event)
+        self._conn.send(("started", run_id))
+        state: OutcomeState
+        result_json: str | None = None
+        error_info: dict[str, Any] | None = None
+        try:
+            result = definition.invoke(assignment.payload, ctx)
+        except Canceled as exc:
+            state = "canceled"
+            error_info = {"reason": _cap(str(exc), _MAX_MESSAGE_CHARS) or "canceled"}
+        except BaseException as exc:  # SystemExit too: a body must not end the slot
+            state = "failed"
+            error_info = {
+                "type": type(exc).__name__,
+                "message": _cap(_safe_str(exc), _MAX_MESSAGE_CHARS),
+                "traceback": _cap(traceback.format_exc(), _MAX_TRACEBACK_CHARS),
+            }
+        else:
+            try:
+                result_json = json.dumps(result, allow_nan=False)
+                state = "completed"
+            except (TypeError, ValueError, RecursionError) as exc:
+                state = "failed"
+                error_info = {
+                    "type": "ResultNotSerializable",
+                    "message": (
+                        f"workflow {assignment.workflow!r} version {assignment.version!r} "
+                        f"returned a result that is not JSON-serializable "
+                        f"({type(result).__name__}): {exc}; return JSON-ready data "
+                        "(dict, list, str, int, float, bool, None) or a pydantic model"
+                    ),
+                    "traceback": "",
+                }
+        self._conn.send(("finished", run_id, state, result_json, error_info))
+
+
+def _safe_str(exc: BaseException) -> str:
+    try:
+        return str(exc)
+    except Exception:
+        return f"<unprintable {type(exc).__name__}>"
+
+
+def _cap(text: str, limit: int) -> str:
+    if len(text) <= limit:
+        return text
+    return "...(truncated)...\n" + text[-limit:]
+
+
+# --------------------------------------------------------------------------------------
+# Parent side
+# --------------------------------------------------------------------------------------
+
+
+@dataclass(eq=False)
+class _Active:
+    assignment: Assignment
+    deadline: float  # time.monotonic(); math.inf for no deadline
+    sent: bool = False  # the "run" message went out, so a "cancel" can follow it
+    cancel_requested: bool = False
+    started: bool = False
+
+
+@dataclass(eq=False)
+class _Child:
+    process: BaseProcess
+    conn: Connection
+    pid: int
+    sentinel: int
+    send_lock: threading.Lock = field(default_factory=threading.Lock)
+    ready: bool = False  # app imported, accepting assignments
+    dying: bool = False  # killed by the pool; whatever it still says is ignored
+    exited: bool = False  # reaped: its pid may belong to someone else now
+    conn_open: bool = True
+    active: _Active | None = None
+
+
+@dataclass(eq=False)
+class _Slot:
+    index: int
+    child: _Child | None = None
+    respawn_at: float | None = None
+    failures: int = 0  # consecutive children that died before becoming ready
+
+
+_Event = tuple[Literal["started"], str] | tuple[Literal["finished"], Outcome]
+
+
+class SlotPool:
+    """``slots`` warm child processes that run assignments, one each at a time.
+
+    Thread-safe: ``submit``, ``cancel``, ``terminate`` and the queries may be called from
+    any thread, including from inside the callbacks.
+    """
+
+    def __init__(
+        self,
+        app_ref: str,
+        slots: int,
+        on_started: Callable[[str], None],
+        on_finished: Callable[[Outcome], None],
+    ) -> None:
+        if slots < 1:
+            raise ValueError(f"a slot pool needs at least one slot, not {slots}")
+        self._app_ref = app_ref
+        self._on_started = on_started
+        self._on_finished = on_finished
+        self._ctx = multiprocessing.get_context("forkserver")
+        # The fork server forks every slot process; when it has imported this module (and
+        # so punctual and pydantic) itself, a replacement child after terminate, timeout
+        # or crash skips ~0.25 s of imports. Only effective before the server first starts;
+        # "__main__" keeps multiprocessing's default.
+        self._ctx.set_forkserver_preload(["__main__", __name__])
+        self._lock = threading.Lock()
+        self._changed = threading.Condition(self._lock)
+        self._slots = [_Slot(index) for index in range(slots)]
+        self._runs: dict[str, _Child] = {}
+        self._pending: list[_Event] = []  # outcomes decided outside the monitor thread
+        self._started = False
+        self._start_complete = False
+        self._load_error: str | None = None
+        self._closed = False
+        self._stopping = False
+        self._monitor_thread: threading.Thread | None = None
+        self._wake_r = -1
+        self._wake_w = -1
+
+    # ---- public API ------------------------------------------------------------------
+
+    def start(self) -> None:
+        """Spawn every slot's child and wait until each has imported the app."""
+        with self._lock:
+            if self._started:
+                raise RuntimeError("this slot pool was already started")
+            self._started = True
+        self._wake_r, self._wake_w = os.pipe()
+        os.set_blocking(self._wake_r, False)
+        os.set_blocking(self._wake_w, False)
+        try:
+            for slot in self._slots:
+                slot.child = self._spawn(slot.index)
+        except BaseException:
+            self.close(grace_seconds=0)
+            raise
+        self._monitor_thread = threading.Thread(
+            target=self._monitor, name="punctual-slot-monitor", daemon=True
+        )
+        self._monitor_thread.start()
+        with self._changed:
+            ok = self._changed.wait_for(
+                lambda: (
+                    self._load_error is not None
+                    or all(s.child is not None and s.child.ready for s in self._slots)
+                ),
+                timeout=STARTUP_TIMEOUT_SECONDS,
+            )
+            error = self._load_error
+            self._start_complete = True
+        if not ok or error is not None:
+            self.close(grace_seconds=0)
+            detail = error or f"not ready after {STARTUP_TIMEOUT_SECONDS:g} s"
+            raise ConfigurationError(
+                f"worker slots could not load app {self._app_ref!r}: {detail}; check the "
+                "app reference ('module:attr') and that its module imports cleanly"
+            )
+        atexit.register(self._close_at_exit)
+
+    def free_slots(self) -> int:
+        with self._lock:
+            return self._free_count()
+
+    def wait_for_free_slot(self, timeout: float | None = None) -> bool:
+        """Block until a slot is free (``True``) or ``timeout`` passes / the pool closes."""
+        with self._changed:
+            self._changed.wait_for(lambda: self._closed or self._free_count() > 0, timeout)
+            return not self._closed and self._free_count() > 0
+
+    def submit(self, assignment: Assignment) -> None:
+        """Hand ``assignment`` to a free slot; ``RuntimeError`` if there is none."""
+        timeout = assignment.timeout_seconds
+        if math.isnan(timeout) or timeout <= 0:
+            raise ValueError(f"timeout_seconds must be positive, not {timeout!r}")
+        # Pickle before taking the slot, so a payload that cannot travel fails here
+        # instead of leaving a slot that waits for a message that never comes.
+        message = pickle.dumps(("run", assignment), protocol=pickle.HIGHEST_PROTOCOL)
+        with self._lock:
+            if not self._started or self._closed:
+                raise RuntimeError("the slot pool is not running (start() it; not closed)")
+            if assignment.run_id in self._runs:
+                raise ValueError(f"run {assignment.run_id} is already running in this pool")
+            child = next(
+                (s.child for s in self._slots if s.child is not None and self._is_free(s.child)),
+                None,
+            )
+            if child is None:
+                raise RuntimeError("no free slot: wait for one (free_slots()) before submit")
+            active = _Active(assignment, time.monotonic() + timeout)
+            child.active = active
+            self._runs[assignment.run_id] = child
+        self._send_bytes(child, message)
+        with self._lock:
+            active.sent = True
+            follow_with_cancel = active.cancel_requested and child.active is active
+        if follow_with_cancel:
+            self._send(child, ("cancel", assignment.run_id))
+        self._wake()  # the monitor's next deadline may now be this one
+
+    def cancel(self, run_id: str) -> None:
+        """Ask the body to stop (``RunContext.cancel_requested``); no-op if not running."""
+        with self._lock:
+            child = self._runs.get(run_id)
+            if child is None or child.active is None:
+                return
+            child.active.cancel_requested = True
+            if not child.active.sent:
+                return  # submit() sends the cancel right after the assignment
+        self._send(child, ("cancel", run_id))
+
+    def terminate(self, run_id: str) -> None:
+        """Kill the process running ``run_id`` now and report it ``terminated`` (once)."""
+        with self._lock:
+            child = self._runs.get(run_id)
+            if child is None:
+                return
+            self._finalize(child)
+            self._kill(child)
+            self._pending.append(
+                ("finished", Outcome(run_id, "terminated", None, {"reason": _TERMINATED_REASON}))
+            )
+        self._wake()
+
+    def running(self) -> set[str]:
+        with self._lock:
+            return set(self._runs)
+
+    def close(self, grace_seconds: float = 5.0) -> None:
+        """Stop the pool.
+
+        Runs that finish within ``grace_seconds`` are reported as usual; the rest are
+        killed without an outcome (their leases expire and they are retried elsewhere).
+        No callback is invoked after ``close`` returns.
+        """
+        deadline = time.monotonic() + max(0.0, grace_seconds)
+        in_monitor = threading.current_thread() is self._monitor_thread
+        with self._changed:
+            if self._closed:
+                return
+            self._closed = True
+            self._changed.notify_all()
+            if not in_monitor and self._monitor_thread is not None:
+                self._changed.wait_for(lambda: not self._runs, max(0.0, grace_seconds))
+            self._stopping = True
+            dropped = sorted(self._runs)
+            self._runs.clear()
+            children: list[_Child] = []
+            for slot in self._slots:
+                if slot.child is not None:
+                    if slot.child.active is not None:
+                        slot.child.active = None
+                        self._kill(slot.child)  # its run is left to lease expiry
+                    children.append(slot.child)
+                    slot.child = None
+        if dropped:
+            logger.warning(
+                "closing the slot pool killed %d unfinished run(s); they will be retried: %s",
+                len(dropped),
+                ", ".join(dropped),
+            )
+        self._wake()
+        if self._monitor_thread is not None and not in_monitor:
+            self._monitor_thread.join(timeout=30)
+        self._stop_children(children, deadline)
+        with contextlib.suppress(ValueError):
+            atexit.unregister(self._close_at_exit)
+        with self._lock:
+            for fd in (self._wake_r, self._wake_w):
+                if fd >= 0:
+                    with contextlib.suppress(OSError):
+                        os.close(fd)
+            self._wake_r = self._wake_w = -1
+
+    # ---- spawning and stopping children ----------------------------------------------
+
+    def _spawn(self, index: int) -> _Child:
+        parent_conn, child_conn = self._ctx.Pipe(duplex=True)
+        process = self._ctx.Process(
+            target=_child_main,
+            args=(child_conn, self._app_ref),
+            name=f"punctual-slot-{index}",
+        )
+        try:
+            process.start()
+        except BaseException:
+            parent_conn.close()
+            raise
+        finally:
+            child_conn.close()
+        assert process.pid is not None
+        return _Child(process=process, conn=parent_conn, pid=process.pid, sentinel=process.sentinel)
+
+    def _stop_children(self, children: list[_Child], deadline: float) -> None:
+        for child in children:
+            if child.ready and not child.dying:
+                self._send(child, ("stop",))  # idle: let it exit on its own
+            else:
+                self._kill(child)
+        for child in children:
+            child.process.join(max(0.5, deadline - time.monotonic()))
+            if child.process.exitcode is None:
+                self._kill(child)
+                child.process.join(5)
+            child.exited = child.process.exitcode is not None
+            self._release(child)
+
+    def _kill(self, child: _Child) -> None:
+        """SIGKILL the child and its process group (what the body may have spawned)."""
+        child.dying = True
+        if child.exited:
+            return
+        try:
+            os.killpg(child.pid, signal.SIGKILL)
+        except OSError:
+            # Not yet in its own group (still starting), or already gone.
+            with contextlib.suppress(OSError):
+                os.kill(child.pid, signal.SIGKILL)
+
+    def _release(self, child: _Child) -> None:
+        with child.send_lock:
+            child.conn_open = False
+            child.conn.close()
+        # The group outlives its leader while the body's own children live on; a group
+        # id is not reused while the group exists, so this cannot hit a stranger.
+        with contextlib.suppress(OSError):
+            os.killpg(child.pid, signal.SIGKILL)
+        if child.process.exitcode is not None:
+            child.process.close()
+
+    def _close_at_exit(self) -> None:
+        self.close(grace_seconds=0)
+
+    # ---- messaging -------------------------------------------------------------------
+
+    def _send(self, child: _Child, message: tuple[Any, ...]) -> None:
+        self._send_bytes(child, pickle.dumps(message, protocol=pickle.HIGHEST_PROTOCOL))
+
+    def _send_bytes(self, child: _Child, data: bytes) -> None:
+        # A dead child makes this fail; the monitor sees its exit and reports the run.
+        with child.send_lock:
+            if not child.conn_open:
+                return
+            try:
+                child.conn.send_bytes(data)
+            except (OSError, ValueError) as exc:
+                logger.debug("could not write to slot process %d: %s", child.pid, exc)
+
+    def _wake(self) -> None:
+        # Under the lock: close() may close the pipe, and its fd number could be reused.
+        with self._lock:
+            if self._wake_w < 0:
+                return
+            with contextlib.suppress(OSError):  # full pipe: a wake-up is already pending
+                os.write(self._wake_w, b"x")
+
+    # ---- state helpers (call with the lock held) -------------------------------------
+
+    def _is_free(self, child: _Child) -> bool:
+        return child.ready and not child.dying and child.active is None
+
+    def _free_count(self) -> int:
+        if self._closed:
+            return 0
+        return sum(1 for s in self._slots if s.child is not None and self._is_free(s.child))
+
+    def _finalize(self, child: _Child) -> Assignment:
+        """The run on ``child`` has its outcome: free the slot's bookkeeping."""
+        assert child.active is not None
+        assignment = child.active.assignment
+        child.active = None
+        self._runs.pop(assignment.run_id, None)
+        self._changed.notify_all()
+        return assignment
+
+    # ---- the monitor thread ----------------------------------------------------------
+
+    def _monitor(self) -> None:
+        try:
+            while True:
+                with self._lock:
+                    if self._stopping:
+                        break
+                    conns, sentinels, timeout = self._wait_plan()
+                ready = wait([self._wake_r, *conns, *sentinels], timeout)
+                events: list[_Event] = []
+                for obj in ready:
+                    if obj == self._wake_r:
+                        with contextlib.suppress(OSError):
+                            while os.read(self._wake_r, 4096):
+                                pass
+                    elif isinstance(obj, Connection):
+                        self._drain(conns[obj], events)
+                for obj in ready:
+                    if isinstance(obj, int) and obj in sentinels:
+                        child = sentinels[obj]
+                        self._drain(child, events)
+                        self._retire(child, events)
+                with self._lock:
+                    if not self._stopping:
+                        self._enforce_deadlines(events)
+                    events.extend(self._pending)
+                    self._pending.clear()
+                self._deliver(events)
+                self._respawn_due()
+        except Exception:
+            # Without its monitor the pool cannot report anything: stop it, so submit()
+            # fails loudly and the unreported runs go back through lease expiry.
+            logger.exception("the slot pool monitor failed; closing the pool")
+            with self._lock:
+                leftovers = list(self._pending)
+                self._pending.clear()
+            self._deliver(leftovers)
+            self.close(grace_seconds=0)
+        else:
+            with self._lock:
+                leftovers = list(self._pending)
+                self._pending.clear()
+            self._deliver(leftovers)
+
+    def _wait_plan(self) -> tuple[dict[Connection, _Child], dict[int, _Child], float | None]:
+        conns: dict[Connection, _Child] = {}
+        sentinels: dict[int, _Child] = {}
+        wake_at = math.inf
+        for slot in self._slots:
+            child = slot.child
+            if child is None:
+                if slot.respawn_at is not None:
+                    wake_at = min(wake_at, slot.respawn_at)
+                continue
+            sentinels[child.sentinel] = child
+            if child.conn_open:
+                conns[child.conn] = child
+            if child.active is not None:
+                wake_at = min(wake_at, child.active.deadline)
+        timeout = None if wake_at == math.inf else max(0.0, wake_at - time.monotonic())
+        return conns, sentinels, timeout
+
+    def _drain(self, child: _Child, events: list[_Event]) -> None:
+        """Read every message the child has written so far (this thread is the only reader)."""
+        while child.conn_open:
+            try:
+                if not child.conn.poll():
+                    return
+                message = child.conn.recv()
+            except (EOFError, OSError, pickle.UnpicklingError):
+                child.conn_open = False
+                return
+            with self._lock:
+                if not self._stopping:
+                    self._handle(child, message, events)
+
+    def _handle(self, child: _Child, message: tuple[Any, ...], events: list[_Event]) -> None:
+        kind = message[0]
+        if child.dying:
+            return  # terminated or timed out: later words from the body are not accepted
+        if kind == "ready":
+            child.ready = True
+            slot = self._slot_of(child)
+            if slot is not None:
+                slot.failures = 0
+            self._changed.notify_all()
+        elif kind == "load_failed":
+            logger.error("a slot process could not load app %r: %s", self._app_ref, message[1])
+            if not self._start_complete and self._load_error is None:
+                self._load_error = str(message[1])
+                self._changed.notify_all()
+        elif kind == "started":
+            active = child.active
+            if active is not None and active.assignment.run_id == message[1] and not active.started:
+                active.started = True
+                events.append(("started", message[1]))
+        elif kind == "finished":
+            _, run_id, state, result_json, error = message
+            if child.active is None or child.active.assignment.run_id != run_id:
+                return
+            self._finalize(child)
+            result = json.loads(result_json) if result_json is not None else None
+            events.append(("finished", Outcome(run_id, state, result, error)))
+
+    def _retire(self, child: _Child, events: list[_Event]) -> None:
+        """``child`` exited: report its run if it had one, and plan its replacement."""
+        child.process.join(1)
+        exit_code = child.process.exitcode
+        with self._lock:
+            child.exited = exit_code is not None
+            if self._stopping:
+                return  # close() owns the children now
+            slot = self._slot_of(child)
+            if child.active is not None and not child.dying:
+                assignment = self._finalize(child)
+                events.append(("finished", _died(assignment, exit_code)))
+            elif not child.ready and not child.dying:
+                detail = f"the slot process exited ({_describe_exit(exit_code)}) while starting"
+                if not self._start_complete and self._load_error is None:
+                    self._load_error = detail
+                    self._changed.notify_all()
+                if slot is not None:
+                    slot.failures += 1
+            elif not child.dying:
+                logger.warning(
+                    "idle slot process %d exited (%s); respawning",
+                    child.pid,
+                    _describe_exit(exit_code),
+                )
+            if slot is not None:
+                slot.child = None
+                backoff = 0.0
+                if slot.failures:
+                    backoff = min(0.5 * 2 ** (slot.failures - 1), _MAX_RESPAWN_BACKOFF_SECONDS)
+                slot.respawn_at = time.monotonic() + backoff
+            self._release(child)
+
+    def _enforce_deadlines(self, events: list[_Event]) -> None:
+        now = time.monotonic()
+        for slot in self._slots:
+            child = slot.child
+            if child is None or child.active is None or child.active.deadline > now:
+                continue
+            assignment = self._finalize(child)
+            self._kill(child)
+            reason = f"execution timeout of {assignment.timeout_seconds:g} s exceeded"
+            outcome = Outcome(assignment.run_id, "timed_out", None, {"reason": reason})
+            events.append(("finished", outcome))
+
+    def _respawn_due(self) -> None:
+        now = time.monotonic()
+        with self._lock:
+            due = [
+                s
+                for s in self._slots
+                if s.child is None and s.respawn_at is not None and s.respawn_at <= now
+            ]
+            if self._closed:
+                return
+        for slot in due:
+            try:
+                child = self._spawn(slot.index)
+            except Exception:
+                logger.exception("could not respawn slot %d; retrying", slot.index)
+                with self._lock:
+                    slot.failures += 1
+                    delay = min(0.5 * 2 ** (slot.failures - 1), _MAX_RESPAWN_BACKOFF_SECONDS)
+                    slot.respawn_at = time.monotonic() + delay
+                continue
+            with self._lock:
+                if not self._closed:
+                    slot.child = child
+                    slot.respawn_at = None
+                    continue
+            self._kill(child)  # closed while spawning: this one is not needed
+            child.process.join(5)
+            self._release(child)
+
+    def _deliver(self, events: list[_Event]) -> None:
+        for event in events:
+            try:
+                if event[0] == "started":
+                    self._on_started(event[1])
+                else:
+                    self._on_finished(event[1])
+            except Exception:
+                logger.exception("a slot pool callback raised; the pool carries on")
+
+    def _slot_of(self, child: _Child) -> _Slot | None:
+        return next((s for s in self._slots if s.child is child), None)
+
+
+def _died(assignment: Assignment, exit_code: int | None) -> Outcome:
+    error: dict[str, Any] = {
+        "type": "WorkerProcessDied",
+        "message": (
+            f"the process running workflow {assignment.workflow!r} version "
+            f"{assignment.version!r} died ({_describe_exit(exit_code)}) before the body "
+            "returned: it crashed, ran out of memory or called os._exit"
+        ),
+        "exit_code": exit_code,
+        "traceback": "",
+    }
+    return Outcome(assignment.run_id, "failed", None, error)
+
+
+def _describe_exit(exit_code: int | None) -> str:
+    if exit_code is None:
+        return "exit code unknown"
+    if exit_code < 0:
+        try:
+            name = signal.Signals(-exit_code).name
+        except ValueError:
+            name = f"signal {-exit_code}"
+        return f"killed by {name}, exit code {exit_code}"
+    return f"exit code {exit_code}"

@@ -1,0 +1,101 @@
+"""The FastAPI application: routes, error envelope, body limits, probes and metrics."""
+
+from __future__ import annotations
+
+from typing import Any
+
+from fastapi import FastAPI, Request
+from fastapi.responses import JSONResponse, Response
+from prometheus_client import CONTENT_TYPE_LATEST, generate_latest
+from starlette.types import ASGIApp, Receive, Scope, Send
+
+import punctual
+from punctual.adapters.http import errors
+from punctual.adapters.http.edge import Edge
+from punctual.adapters.http.routes import runs, starts, tenant
+from punctual.adapters.observability import Metrics
+
+
+class BodyLimit:
+    """Refuse bodies over the limit before reading them into memory (SEC-4)."""
+
+    def __init__(self, app: ASGIApp, max_bytes: int) -> None:
+        self.app = app
+        self.max_bytes = max_bytes
+
+    async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
+        if scope["type"] != "http":
+            await self.app(scope, receive, send)
+            return
+        length = dict(scope["headers"]).get(b"content-length")
+        if length is not None and length.isdigit() and int(length) > self.max_bytes:
+            await self._too_large(scope, receive, send)
+            return
+        received = 0
+
+        async def limited() -> Any:
+            nonlocal received
+            message = await receive()
+            if message["type"] == "http.request":
+                received += len(message.get("body", b""))
+                if received > self.max_bytes:
+                    raise _BodyTooLarge
+            return message
+
+        try:
+            await self.app(scope, limited, send)
+        except _BodyTooLarge:
+            await self._too_large(scope, receive, send)
+
+    async def _too_large(self, scope: Scope, receive: Receive, send: Send) -> None:
+        response = JSONResponse(
+            errors.envelope(
+                "body_too_large",
+                f"the request body is larger than {self.max_bytes} bytes",
+                {"limit": self.max_bytes},
+            ),
+            status_code=413,
+        )
+        await response(scope, receive, send)
+
+
+class _BodyTooLarge(Exception):
+    pass
+
+
+def create_app(edge: Edge, metrics: Metrics, *, max_body_bytes: int = 1_048_576) -> FastAPI:
+    app = FastAPI(
+        title="punctual",
+        version=punctual.__version__,
+        description="A durable scheduler for workflow runs.",
+    )
+    app.state.edge = edge
+    errors.install(app)
+    app.include_router(starts.router)
+    app.include_router(runs.router)
+    app.include_router(tenant.router)
+
+    @app.get("/healthz", tags=["probes"])
+    def healthz() -> dict[str, str]:
+        """The process is up."""
+        return {"status": "ok"}
+
+    @app.get("/readyz", tags=["probes"])
+    def readyz(request: Request) -> Response:
+        """The process can reach its store."""
+        try:
+            with edge.services.store.transaction(readonly=True) as tx:
+                tx.identity.tenant_exists("default")
+        except Exception as exc:
+            return JSONResponse(
+                errors.envelope("store_unavailable", f"the store is unreachable: {exc}"),
+                status_code=503,
+            )
+        return JSONResponse({"status": "ready"})
+
+    @app.get("/metrics", tags=["probes"])
+    def prometheus_metrics() -> Response:
+        return Response(generate_latest(metrics.registry), media_type=CONTENT_TYPE_LATEST)
+
+    app.add_middleware(BodyLimit, max_bytes=max_body_bytes)
+    return app

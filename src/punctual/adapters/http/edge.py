@@ -1,0 +1,178 @@
+"""The HTTP edge: authentication, idempotency keys, body parsing, all in the contract's order.
+
+Order for a mutation (API.md): replay, authentication, tenant and existence, validation,
+role, state, version. Authentication is what names the key's owner, so it runs first;
+right after it, a recorded answer for the key is replayed before anything else is
+looked at; the rest happens inside the mutation.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import logging
+from collections.abc import Callable
+from dataclasses import dataclass
+from typing import Any, TypeVar
+
+from fastapi import Request
+from fastapi.responses import JSONResponse, Response
+from pydantic import BaseModel, ValidationError
+
+from punctual.adapters.http.errors import body_for, envelope, response_for, status_for
+from punctual.domain.permissions import Principal
+from punctual.domain.starts import HOST_OWNED_FIELDS
+from punctual.errors import BadRequest, InvalidRequest, NotFound, PunctualError
+from punctual.ports.store import Tx
+from punctual.usecases import identity
+from punctual.usecases.context import Services
+from punctual.usecases.idempotency import (
+    IdempotentRequest,
+    Mutation,
+    MutationRunner,
+    Outcome,
+    RecordedError,
+)
+
+log = logging.getLogger("punctual.http")
+
+M = TypeVar("M", bound=BaseModel)
+_MAX_KEY_LENGTH = 255
+
+
+@dataclass
+class Edge:
+    services: Services
+    mutations: MutationRunner
+
+    def principal(self, request: Request, tenant: str | None = None) -> Principal:
+        header = request.headers.get("authorization", "")
+        scheme, _, token = header.partition(" ")
+        principal = identity.authenticate(
+            self.services, token.strip() if scheme.lower() == "bearer" else None
+        )
+        if tenant is not None:
+            check_tenant(principal, tenant)
+        return principal
+
+
+def check_tenant(principal: Principal, tenant: str) -> None:
+    """Another tenant's resources do not exist for this principal (SEC-2)."""
+    if principal.tenant != tenant:
+        raise NotFound(f"tenant {tenant} does not exist")
+
+
+def idempotency_key(request: Request) -> str:
+    key = request.headers.get("idempotency-key")
+    if key is None or key == "":
+        raise BadRequest(
+            "this request changes state and needs an 'Idempotency-Key' header: a unique value "
+            "you persist with the request and reuse when you retry it",
+            code="idempotency_key_required",
+        )
+    if len(key) > _MAX_KEY_LENGTH or not all(33 <= ord(ch) <= 126 for ch in key):
+        raise BadRequest(
+            "Idempotency-Key must be 1-255 visible ASCII characters",
+            code="idempotency_key_required",
+        )
+    return key
+
+
+def canonical_body(raw: bytes) -> str:
+    """Canonical JSON when the body parses (key order and spacing do not matter), else bytes."""
+    if not raw.strip():
+        return ""
+    try:
+        return json.dumps(json.loads(raw), sort_keys=True, separators=(",", ":"))
+    except ValueError:
+        return "raw:" + hashlib.sha256(raw).hexdigest()
+
+
+def fingerprint(request: Request, raw_body: bytes) -> str:
+    route = request.scope.get("route")
+    material = {
+        "method": request.method,
+        "route": getattr(route, "path", request.url.path),
+        "path": dict(sorted(request.path_params.items())),
+        "query": sorted(request.query_params.multi_items()),
+        "body": canonical_body(raw_body),
+    }
+    return hashlib.sha256(json.dumps(material, sort_keys=True).encode()).hexdigest()
+
+
+def parse_body(raw: bytes, model: type[M], *, host_owned_check: bool = False) -> M:
+    try:
+        data = json.loads(raw) if raw.strip() else None
+    except ValueError as exc:
+        raise InvalidRequest(
+            f"the body is not valid JSON: {exc}",
+            errors=[{"loc": ["body"], "msg": "malformed JSON", "type": "json_invalid"}],
+        ) from exc
+    if not isinstance(data, dict):
+        raise InvalidRequest(
+            "the body must be a JSON object",
+            errors=[{"loc": ["body"], "msg": "expected an object", "type": "object_type"}],
+        )
+    if host_owned_check:
+        owned = sorted(set(data) & set(HOST_OWNED_FIELDS))
+        if owned:
+            raise InvalidRequest(
+                f"{', '.join(owned)} {'is' if len(owned) == 1 else 'are'} decided by the host "
+                "(through the workload class) and cannot be set in a request",
+                code="host_owned_field",
+                fields=owned,
+            )
+    try:
+        return model.model_validate(data)
+    except ValidationError as exc:
+        errors = [
+            {"loc": ["body", *[str(p) for p in err["loc"]]], "msg": err["msg"], "type": err["type"]}
+            for err in exc.errors()
+        ]
+        summary = "; ".join(f"{'.'.join(err['loc'][1:])}: {err['msg']}" for err in errors)
+        raise InvalidRequest(f"invalid request body: {summary}", errors=errors) from None
+
+
+def json_response(outcome: Outcome) -> Response:
+    if outcome.status == 204:
+        return Response(status_code=204)
+    return JSONResponse(outcome.body, status_code=outcome.status)
+
+
+def run_mutation(
+    edge: Edge,
+    request: Request,
+    raw_body: bytes,
+    tenant: str,
+    build: Callable[[Principal], Mutation],
+) -> Response:
+    """Authenticate, then replay or run ``build(principal)`` under the request's key."""
+    try:
+        principal = edge.principal(request)
+        key = idempotency_key(request)
+        claim = IdempotentRequest(
+            principal.tenant, principal.subject, key, fingerprint(request, raw_body)
+        )
+
+        def mutation(tx: Tx, now: Any) -> Outcome:
+            check_tenant(principal, tenant)
+            return build(principal)(tx, now)
+
+        outcome = edge.mutations.run(claim, mutation)
+    except RecordedError as recorded:
+        return JSONResponse(recorded.body, status_code=recorded.status)
+    except PunctualError as exc:
+        return response_for(exc)
+    return json_response(outcome)
+
+
+def error_status(error: PunctualError) -> int:
+    return status_for(error)
+
+
+def error_body(error: PunctualError) -> dict[str, Any]:
+    return body_for(error)
+
+
+def not_found_body(message: str) -> dict[str, Any]:
+    return envelope("not_found", message)

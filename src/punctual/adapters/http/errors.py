@@ -1,0 +1,85 @@
+"""The one place that maps punctual's errors to HTTP status codes and the error envelope."""
+
+from __future__ import annotations
+
+from typing import Any
+
+from fastapi import FastAPI, Request
+from fastapi.exceptions import RequestValidationError
+from fastapi.responses import JSONResponse
+from starlette.exceptions import HTTPException
+
+from punctual import errors as e
+
+_STATUS: list[tuple[type[e.PunctualError], int]] = [
+    (e.Unauthenticated, 401),
+    (e.Forbidden, 403),
+    (e.NotFound, 404),
+    (e.BadRequest, 400),
+    (e.InvalidRequest, 422),
+    (e.PayloadTooLarge, 413),
+    (e.Conflict, 409),
+    (e.QuotaExceeded, 429),
+    (e.Unavailable, 503),
+]
+
+
+def status_for(error: e.PunctualError) -> int:
+    for cls, status in _STATUS:
+        if isinstance(error, cls):
+            return status
+    return 500
+
+
+def envelope(code: str, message: str, details: dict[str, Any] | None = None) -> dict[str, Any]:
+    return {"error": {"code": code, "message": message, "details": details or {}}}
+
+
+def body_for(error: e.PunctualError) -> dict[str, Any]:
+    return envelope(error.code, error.message, error.details)
+
+
+def response_for(error: e.PunctualError) -> JSONResponse:
+    headers = {"WWW-Authenticate": "Bearer"} if isinstance(error, e.Unauthenticated) else None
+    return JSONResponse(body_for(error), status_code=status_for(error), headers=headers)
+
+
+def _validation_errors(exc: RequestValidationError) -> list[dict[str, Any]]:
+    return [
+        {
+            "loc": [str(p) for p in err.get("loc", ())],
+            "msg": err.get("msg", ""),
+            "type": err["type"],
+        }
+        for err in exc.errors()
+    ]
+
+
+_HTTP_CODES = {404: "not_found", 405: "method_not_allowed", 400: "bad_request"}
+
+
+def install(app: FastAPI) -> None:
+    @app.exception_handler(e.PunctualError)
+    async def _punctual(_request: Request, exc: e.PunctualError) -> JSONResponse:
+        return response_for(exc)
+
+    @app.exception_handler(RequestValidationError)
+    async def _validation(_request: Request, exc: RequestValidationError) -> JSONResponse:
+        errors = _validation_errors(exc)
+        summary = "; ".join(f"{'.'.join(err['loc'])}: {err['msg']}" for err in errors)
+        return JSONResponse(
+            envelope("validation_error", f"invalid request: {summary}", {"errors": errors}),
+            status_code=422,
+        )
+
+    @app.exception_handler(HTTPException)
+    async def _http(_request: Request, exc: HTTPException) -> JSONResponse:
+        code = _HTTP_CODES.get(exc.status_code, "http_error")
+        return JSONResponse(envelope(code, str(exc.detail)), status_code=exc.status_code)
+
+    @app.exception_handler(Exception)
+    async def _unexpected(_request: Request, exc: Exception) -> JSONResponse:
+        return JSONResponse(
+            envelope("internal_error", "punctual hit an unexpected error; it was logged"),
+            status_code=500,
+        )

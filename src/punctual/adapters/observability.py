@@ -1,0 +1,76 @@
+"""Events out: in-process subscribers, structured log lines, Prometheus metrics (DP-5)."""
+
+from __future__ import annotations
+
+import logging
+import threading
+from collections.abc import Callable
+
+from prometheus_client import CollectorRegistry, Counter
+
+from punctual.ports.events import Event
+
+log = logging.getLogger("punctual.events")
+
+Subscriber = Callable[[Event], None]
+
+
+class Metrics:
+    """One registry per process (never the global one, so tests can build many apps)."""
+
+    def __init__(self) -> None:
+        self.registry = CollectorRegistry()
+        self.events = Counter(
+            "punctual_events", "Events emitted, by name.", ["event"], registry=self.registry
+        )
+        self.starts_dispatched = Counter(
+            "punctual_starts_dispatched", "Starts turned into runs.", registry=self.registry
+        )
+        self.starts_failed = Counter(
+            "punctual_starts_failed", "Starts that failed for good.", registry=self.registry
+        )
+        self.starts_retried = Counter(
+            "punctual_starts_retried",
+            "Dispatch attempts that will be retried after backoff.",
+            registry=self.registry,
+        )
+
+
+class EventHub:
+    """Fans events out; a subscriber that raises is logged and never breaks dispatch."""
+
+    def __init__(self, metrics: Metrics) -> None:
+        self._metrics = metrics
+        self._subscribers: list[Subscriber] = []
+        self._lock = threading.Lock()
+
+    def subscribe(self, subscriber: Subscriber) -> Callable[[], None]:
+        with self._lock:
+            self._subscribers.append(subscriber)
+
+        def unsubscribe() -> None:
+            with self._lock:
+                if subscriber in self._subscribers:
+                    self._subscribers.remove(subscriber)
+
+        return unsubscribe
+
+    def emit(self, event: Event) -> None:
+        self._metrics.events.labels(event.name).inc()
+        if event.name == "start.dispatched":
+            self._metrics.starts_dispatched.inc()
+        elif event.name == "start.failed":
+            self._metrics.starts_failed.inc()
+        elif event.name == "start.retried":
+            self._metrics.starts_retried.inc()
+        fields = " ".join(f"{key}={value}" for key, value in sorted(event.data.items()))
+        log.info(
+            "event=%s tenant=%s subject=%s %s", event.name, event.tenant, event.subject_id, fields
+        )
+        with self._lock:
+            subscribers = list(self._subscribers)
+        for subscriber in subscribers:
+            try:
+                subscriber(event)
+            except Exception:
+                log.exception("event=subscriber_failed subscriber=%r", subscriber)

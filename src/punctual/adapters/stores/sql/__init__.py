@@ -1,0 +1,1 @@
+"""The SQL store over SQLite and PostgreSQL (SQLAlchemy Core, Alembic)."""

@@ -1,0 +1,112 @@
+"""Everything that differs between SQLite and PostgreSQL, in one place.
+
+SQLite has one writer at a time: write transactions start with ``BEGIN IMMEDIATE`` so
+they queue on the busy timeout instead of failing when a reader upgrades, and row
+locks are not needed (the database lock serializes writers). PostgreSQL claims with
+``FOR UPDATE SKIP LOCKED`` so any number of runners and workers share the work.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping, Sequence
+from typing import Any
+
+import sqlalchemy as sa
+from sqlalchemy.dialects import postgresql, sqlite
+from sqlalchemy.engine import Engine, make_url
+
+SQLITE_BUSY_TIMEOUT_MS = 30_000
+
+
+def normalize_url(url: str) -> str:
+    """Accept ``postgresql://`` and ``postgres://`` and use psycopg 3 for them."""
+    parsed = make_url(url.replace("postgres://", "postgresql://", 1))
+    if parsed.drivername == "postgresql":
+        parsed = parsed.set(drivername="postgresql+psycopg")
+    return parsed.render_as_string(hide_password=False)
+
+
+def create_engine(url: str, *, pool_size: int = 10) -> Engine:
+    url = normalize_url(url)
+    if url.startswith("sqlite"):
+        engine = sa.create_engine(
+            url,
+            connect_args={"timeout": SQLITE_BUSY_TIMEOUT_MS / 1000, "check_same_thread": False},
+            pool_size=pool_size,
+            max_overflow=pool_size,
+        )
+        _configure_sqlite(engine)
+        return engine
+    return sa.create_engine(
+        url, pool_size=pool_size, max_overflow=pool_size, pool_pre_ping=True, pool_recycle=1800
+    )
+
+
+def _configure_sqlite(engine: Engine) -> None:
+    @sa.event.listens_for(engine, "connect")
+    def _on_connect(dbapi_connection: Any, _record: Any) -> None:
+        # Take transaction control from pysqlite so BEGIN IMMEDIATE is ours to emit.
+        dbapi_connection.isolation_level = None
+        cursor = dbapi_connection.cursor()
+        cursor.execute("PRAGMA journal_mode=WAL")
+        cursor.execute(f"PRAGMA busy_timeout={SQLITE_BUSY_TIMEOUT_MS}")
+        cursor.execute("PRAGMA synchronous=NORMAL")
+        cursor.execute("PRAGMA foreign_keys=ON")
+        cursor.close()
+
+    @sa.event.listens_for(engine, "begin")
+    def _on_begin(connection: sa.Connection) -> None:
+        mode = "DEFERRED" if connection.info.get("readonly") else "IMMEDIATE"
+        connection.exec_driver_sql(f"BEGIN {mode}")
+
+
+def is_sqlite(engine_or_conn: Engine | sa.Connection) -> bool:
+    return engine_or_conn.dialect.name == "sqlite"
+
+
+def insert_ignore(
+    conn: sa.Connection, table: sa.Table, rows: Sequence[Mapping[str, Any]], key: list[str]
+) -> int:
+    """Insert rows, silently keeping existing ones on a conflict of ``key``; rows inserted.
+
+    Counted with RETURNING: an executemany's rowcount is not reliable on every driver.
+    """
+    if not rows:
+        return 0
+    dialect = postgresql if conn.dialect.name == "postgresql" else sqlite
+    stmt = (
+        dialect.insert(table)
+        .values(list(rows))
+        .on_conflict_do_nothing(index_elements=key)
+        .returning(table.c[key[0]])
+    )
+    return len(conn.execute(stmt).all())
+
+
+def for_claim(select: sa.Select[Any], conn: sa.Connection) -> sa.Select[Any]:
+    """Lock the selected rows for a claim; other claimers skip them instead of waiting."""
+    if conn.dialect.name == "postgresql":
+        return select.with_for_update(skip_locked=True)
+    return select
+
+
+def for_update(select: sa.Select[Any], conn: sa.Connection) -> sa.Select[Any]:
+    """Lock the selected rows until commit (SQLite's write lock already serializes)."""
+    if conn.dialect.name == "postgresql":
+        return select.with_for_update()
+    return select
+
+
+def set_lock_timeout(conn: sa.Connection, seconds: float) -> None:
+    """Bound how long this transaction waits for a row lock (PostgreSQL only)."""
+    if conn.dialect.name == "postgresql":
+        conn.exec_driver_sql(f"SET LOCAL lock_timeout = {max(1, int(seconds * 1000))}")
+
+
+def is_lock_timeout(error: sa.exc.DBAPIError) -> bool:
+    """A lock wait ran out: SQLite's busy timeout or PostgreSQL's ``lock_timeout``."""
+    if error.orig is None:
+        return False
+    if type(error.orig).__module__.startswith("sqlite3"):
+        return "database is locked" in str(error.orig)
+    return type(error.orig).__name__ == "LockNotAvailable"

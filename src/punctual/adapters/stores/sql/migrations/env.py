@@ -1,0 +1,17 @@
+"""Alembic environment: migrations run on the connection punctual hands over."""
+
+from __future__ import annotations
+
+from alembic import context
+
+from punctual.adapters.stores.sql.tables import metadata
+
+connection = context.config.attributes["connection"]
+context.configure(
+    connection=connection,
+    target_metadata=metadata,
+    render_as_batch=connection.dialect.name == "sqlite",
+    compare_type=True,
+)
+with context.begin_transaction():
+    context.run_migrations()

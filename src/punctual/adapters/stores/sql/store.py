@@ -1,0 +1,97 @@
+"""The SQL store: transactions over SQLite or PostgreSQL, with one repository per aggregate."""
+
+from __future__ import annotations
+
+from collections.abc import Iterator
+from contextlib import contextmanager
+from dataclasses import dataclass
+
+import sqlalchemy as sa
+from sqlalchemy.engine import Engine
+
+from punctual.adapters.stores.sql.definitions import SqlDefinitions
+from punctual.adapters.stores.sql.dialects import create_engine, is_lock_timeout, set_lock_timeout
+from punctual.adapters.stores.sql.findings import SqlFindings
+from punctual.adapters.stores.sql.idempotency import SqlIdempotency
+from punctual.adapters.stores.sql.identity import SqlIdentity
+from punctual.adapters.stores.sql.runs import SqlRuns
+from punctual.adapters.stores.sql.starts import SqlStarts
+from punctual.errors import Unavailable
+
+
+@dataclass
+class SqlTx:
+    """One open transaction and the repositories that work inside it."""
+
+    conn: sa.Connection
+    identity: SqlIdentity
+    definitions: SqlDefinitions
+    idempotency: SqlIdempotency
+    starts: SqlStarts
+    runs: SqlRuns
+    findings: SqlFindings
+
+    @classmethod
+    def on(cls, conn: sa.Connection) -> SqlTx:
+        return cls(
+            conn=conn,
+            identity=SqlIdentity(conn),
+            definitions=SqlDefinitions(conn),
+            idempotency=SqlIdempotency(conn),
+            starts=SqlStarts(conn),
+            runs=SqlRuns(conn),
+            findings=SqlFindings(conn),
+        )
+
+
+class SqlStore:
+    """Owns the connection pool; every unit of work is one ``transaction()``."""
+
+    def __init__(self, url: str, *, pool_size: int = 10) -> None:
+        self.url = url
+        self.engine: Engine = create_engine(url, pool_size=pool_size)
+
+    @property
+    def dialect(self) -> str:
+        return self.engine.dialect.name
+
+    @contextmanager
+    def transaction(
+        self, *, readonly: bool = False, lock_timeout: float | None = None
+    ) -> Iterator[SqlTx]:
+        """Commit on success, roll back on any exception.
+
+        ``lock_timeout`` bounds row-lock waits on PostgreSQL; SQLite waits on its busy
+        timeout. A store that cannot be reached raises ``Unavailable`` (never charged to
+        a start, DP-3).
+        """
+        try:
+            conn = self.engine.connect()
+        except sa.exc.OperationalError as exc:
+            raise Unavailable(
+                f"the database is unavailable: {exc.orig}", code="store_unavailable"
+            ) from exc
+        try:
+            conn.info["readonly"] = readonly
+            with conn.begin():
+                if lock_timeout is not None:
+                    set_lock_timeout(conn, lock_timeout)
+                yield SqlTx.on(conn)
+        except sa.exc.DBAPIError as exc:
+            if is_lock_timeout(exc):
+                raise Unavailable(
+                    "the data this request needs is locked by another operation; retry the "
+                    "same request",
+                    code="store_busy",
+                ) from exc
+            if exc.connection_invalidated:
+                raise Unavailable(
+                    f"the database connection was lost: {exc.orig}", code="store_unavailable"
+                ) from exc
+            raise
+        finally:
+            conn.info.pop("readonly", None)
+            conn.close()
+
+    def dispose(self) -> None:
+        self.engine.dispose()

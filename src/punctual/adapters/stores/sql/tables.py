@@ -1,0 +1,234 @@
+"""The one schema source: SQLAlchemy Core tables for SQLite and PostgreSQL.
+
+Alembic migrations are written against this metadata and a test checks that
+``alembic upgrade head`` produces exactly it, on both databases.
+"""
+
+from __future__ import annotations
+
+from datetime import UTC, datetime
+from typing import Any
+
+import sqlalchemy as sa
+from sqlalchemy.dialects import postgresql
+from sqlalchemy.engine import Dialect
+
+metadata = sa.MetaData(
+    naming_convention={
+        "ix": "ix_%(table_name)s_%(column_0_N_name)s",
+        "uq": "uq_%(table_name)s_%(column_0_N_name)s",
+        "pk": "pk_%(table_name)s",
+    }
+)
+
+
+class UTCDateTime(sa.TypeDecorator[datetime]):
+    """Aware UTC in and out; naive UTC text on SQLite so comparisons sort correctly."""
+
+    impl = sa.DateTime(timezone=True)
+    cache_ok = True
+
+    def process_bind_param(self, value: datetime | None, dialect: Dialect) -> datetime | None:
+        if value is None:
+            return None
+        if value.tzinfo is None:
+            raise ValueError("naive datetimes are not stored; pass an aware UTC instant")
+        value = value.astimezone(UTC)
+        return value.replace(tzinfo=None) if dialect.name == "sqlite" else value
+
+    def process_result_value(self, value: datetime | None, dialect: Dialect) -> datetime | None:
+        if value is None:
+            return None
+        return value.replace(tzinfo=UTC) if value.tzinfo is None else value.astimezone(UTC)
+
+
+JSONType = sa.JSON().with_variant(postgresql.JSONB(), "postgresql")
+Seq = sa.BigInteger().with_variant(sa.Integer(), "sqlite")
+
+
+def _seq() -> sa.Column[Any]:
+    """Stable row order for cursor paging (and the SQLite rowid alias)."""
+    return sa.Column("seq", Seq, primary_key=True, autoincrement=True)
+
+
+tenants = sa.Table(
+    "tenants",
+    metadata,
+    sa.Column("id", sa.String(64), primary_key=True),
+    sa.Column("created_at", UTCDateTime, nullable=False),
+)
+
+members = sa.Table(
+    "members",
+    metadata,
+    sa.Column("tenant", sa.String(64), primary_key=True),
+    sa.Column("subject", sa.String(200), primary_key=True),
+    sa.Column("role", sa.String(16), nullable=False),
+    sa.Column("created_at", UTCDateTime, nullable=False),
+)
+
+tokens = sa.Table(
+    "tokens",
+    metadata,
+    _seq(),
+    sa.Column("id", sa.String(40), nullable=False, unique=True),
+    sa.Column("tenant", sa.String(64), nullable=False),
+    sa.Column("subject", sa.String(200), nullable=False),
+    sa.Column("digest", sa.String(64), nullable=False, unique=True),
+    sa.Column("created_at", UTCDateTime, nullable=False),
+    sa.Column("expires_at", UTCDateTime),
+    sa.Column("revoked_at", UTCDateTime),
+    sa.Index(None, "tenant", "subject"),
+)
+
+definitions = sa.Table(
+    "definitions",
+    metadata,
+    _seq(),
+    sa.Column("name", sa.String(200), nullable=False),
+    sa.Column("version", sa.String(100), nullable=False),
+    sa.Column("state", sa.String(16), nullable=False),
+    sa.Column("artifact", sa.String(200), nullable=False),
+    sa.Column("input_schema", JSONType, nullable=False),
+    sa.Column("execution_timeout_seconds", sa.Float, nullable=False),
+    sa.Column("created_at", UTCDateTime, nullable=False),
+    sa.UniqueConstraint("name", "version"),
+)
+
+workers = sa.Table(
+    "workers",
+    metadata,
+    sa.Column("id", sa.String(40), primary_key=True),
+    sa.Column("engine", sa.String(16), nullable=False),
+    sa.Column("host", sa.String(200), nullable=False),
+    sa.Column("task_queues", JSONType, nullable=False),
+    sa.Column("loaded", JSONType, nullable=False),
+    sa.Column("slots", sa.Integer, nullable=False),
+    sa.Column("started_at", UTCDateTime, nullable=False),
+    sa.Column("heartbeat_at", UTCDateTime, nullable=False),
+    sa.Column("stopped_at", UTCDateTime),
+)
+
+idempotency_keys = sa.Table(
+    "idempotency_keys",
+    metadata,
+    sa.Column("tenant", sa.String(64), primary_key=True),
+    sa.Column("principal", sa.String(200), primary_key=True),
+    sa.Column("key", sa.String(255), primary_key=True),
+    sa.Column("fingerprint", sa.String(64), nullable=False),
+    sa.Column("state", sa.String(16), nullable=False),
+    sa.Column("owner", sa.String(40), nullable=False),
+    sa.Column("lease_until", UTCDateTime, nullable=False),
+    sa.Column("status_code", sa.Integer),
+    sa.Column("response", JSONType),
+    sa.Column("resource_id", sa.String(40)),
+    sa.Column("created_at", UTCDateTime, nullable=False),
+    sa.Column("decided_at", UTCDateTime),
+    sa.Index(None, "decided_at"),
+)
+
+starts = sa.Table(
+    "starts",
+    metadata,
+    _seq(),
+    sa.Column("id", sa.String(40), nullable=False, unique=True),
+    sa.Column("tenant", sa.String(64), nullable=False),
+    sa.Column("workflow", sa.String(200), nullable=False),
+    sa.Column("business_request_id", sa.String(200), nullable=False),
+    sa.Column("start_at", UTCDateTime, nullable=False),
+    sa.Column("time_zone", sa.String(64)),
+    sa.Column("workload_class", sa.String(64), nullable=False),
+    sa.Column("attributes", JSONType, nullable=False),
+    sa.Column("traceparent", sa.String(55)),
+    sa.Column("input", sa.LargeBinary, nullable=False),
+    sa.Column("input_key_id", sa.String(64), nullable=False),
+    sa.Column("state", sa.String(16), nullable=False),
+    sa.Column("version", sa.Integer, nullable=False),
+    sa.Column("attempts", sa.Integer, nullable=False),
+    sa.Column("due_at", UTCDateTime, nullable=False),
+    sa.Column("next_attempt_at", UTCDateTime),
+    sa.Column("last_error", JSONType),
+    sa.Column("reason", sa.String(300)),
+    sa.Column("created_by", sa.String(200), nullable=False),
+    sa.Column("created_at", UTCDateTime, nullable=False),
+    sa.Column("updated_at", UTCDateTime, nullable=False),
+    sa.Column("run_id", sa.String(40), nullable=False, unique=True),
+    sa.Column("definition_version", sa.String(100)),
+    sa.Column("artifact", sa.String(200)),
+    sa.Column("dispatched_at", UTCDateTime),
+    sa.Column("claimed_by", sa.String(40)),
+    sa.Column("lease_until", UTCDateTime),
+    # The claim query's index: only pending rows, so a million finished starts cost nothing.
+    sa.Index(
+        "ix_starts_due",
+        "due_at",
+        postgresql_where=sa.text("state IN ('scheduled', 'dispatching')"),
+        sqlite_where=sa.text("state IN ('scheduled', 'dispatching')"),
+    ),
+    sa.Index(None, "tenant", "seq"),
+    sa.Index(None, "tenant", "business_request_id"),
+    sa.Index(None, "tenant", "state"),
+)
+
+runs = sa.Table(
+    "runs",
+    metadata,
+    _seq(),
+    sa.Column("id", sa.String(40), nullable=False, unique=True),
+    sa.Column("tenant", sa.String(64), nullable=False),
+    sa.Column("workflow", sa.String(200), nullable=False),
+    sa.Column("definition_version", sa.String(100), nullable=False),
+    sa.Column("artifact", sa.String(200), nullable=False),
+    sa.Column("state", sa.String(16), nullable=False),
+    sa.Column("origin", JSONType, nullable=False),
+    sa.Column("origin_id", sa.String(40), nullable=False),
+    sa.Column("started_by", sa.String(200), nullable=False),
+    sa.Column("attempts", sa.Integer, nullable=False),
+    sa.Column("result", JSONType),
+    sa.Column("error", JSONType),
+    sa.Column("input", sa.LargeBinary, nullable=False),
+    sa.Column("input_key_id", sa.String(64), nullable=False),
+    sa.Column("task_queue", sa.String(200), nullable=False),
+    sa.Column("priority", sa.Integer, nullable=False),
+    sa.Column("traceparent", sa.String(55)),
+    sa.Column("timeout_seconds", sa.Float, nullable=False),
+    sa.Column("cancel_requested", sa.Boolean, nullable=False),
+    sa.Column("claimed_by", sa.String(40)),
+    sa.Column("lease_until", UTCDateTime),
+    sa.Column("created_at", UTCDateTime, nullable=False),
+    sa.Column("started_at", UTCDateTime),
+    sa.Column("ended_at", UTCDateTime),
+    sa.Index(
+        "ix_runs_pending",
+        "task_queue",
+        "priority",
+        "seq",
+        postgresql_where=sa.text("state = 'pending'"),
+        sqlite_where=sa.text("state = 'pending'"),
+    ),
+    sa.Index(
+        "ix_runs_active",
+        "claimed_by",
+        postgresql_where=sa.text("state IN ('pending', 'running')"),
+        sqlite_where=sa.text("state IN ('pending', 'running')"),
+    ),
+    sa.Index(None, "tenant", "seq"),
+    sa.Index(None, "tenant", "workflow"),
+    sa.Index(None, "origin_id"),
+)
+
+findings = sa.Table(
+    "findings",
+    metadata,
+    _seq(),
+    sa.Column("id", sa.String(40), nullable=False, unique=True),
+    sa.Column("tenant", sa.String(64), nullable=False),
+    sa.Column("kind", sa.String(64), nullable=False),
+    sa.Column("subject_id", sa.String(200), nullable=False),
+    sa.Column("severity", sa.String(16), nullable=False),
+    sa.Column("message", sa.String(1000), nullable=False),
+    sa.Column("created_at", UTCDateTime, nullable=False),
+    sa.Column("acknowledged_at", UTCDateTime),
+    sa.Column("acknowledged_by", sa.String(200)),
+    sa.UniqueConstraint("tenant", "kind", "subject_id"),
+)

@@ -1,0 +1,199 @@
+"""The composition root: the only module that reads settings and wires every layer.
+
+``build`` turns validated settings into a running object graph; the CLI, the tests and
+embedded users call it, and nothing else constructs adapters.
+"""
+
+from __future__ import annotations
+
+import logging
+import random
+from dataclasses import dataclass, field
+from pathlib import Path
+
+from fastapi import FastAPI
+from sqlalchemy.engine import make_url
+
+from punctual.adapters.clock import SystemClock
+from punctual.adapters.crypto import KeyRingCodec, generate_key_file, load_key_file
+from punctual.adapters.engines.local.engine import LocalEngine
+from punctual.adapters.engines.local.worker import LocalWorker, WorkerOptions
+from punctual.adapters.http.app import create_app
+from punctual.adapters.http.edge import Edge, error_body, error_status
+from punctual.adapters.observability import EventHub, Metrics
+from punctual.adapters.stores.sql import migrate
+from punctual.adapters.stores.sql.store import SqlStore
+from punctual.errors import ConfigurationError
+from punctual.ports.clock import Clock
+from punctual.runner.loop import Runner, RunnerOptions
+from punctual.settings import Settings
+from punctual.usecases.context import HostPolicy, Services, TenantPolicy, WorkloadClass
+from punctual.usecases.doorbell import Doorbell
+from punctual.usecases.idempotency import MutationRunner
+from punctual.workflows import load_app
+
+log = logging.getLogger("punctual")
+
+
+def host_policy(settings: Settings) -> HostPolicy:
+    def tenant_policy(tenant: str) -> TenantPolicy:
+        limits = settings.limits_for(tenant)
+        return TenantPolicy(
+            allowed_workload_classes=frozenset(limits.allowed_workload_classes),
+            max_input_bytes=limits.max_input_bytes,
+            max_pending_starts=limits.max_pending_starts,
+            max_schedules=limits.max_schedules,
+            max_pending_by_class=dict(limits.max_pending_by_class),
+        )
+
+    return HostPolicy(
+        workload_classes={
+            name: WorkloadClass(cls.task_queue, cls.priority)
+            for name, cls in settings.workload_classes.items()
+        },
+        tenant_policy=tenant_policy,
+        api_wait_seconds=settings.api_wait_seconds,
+        lease_seconds=settings.runner.lease_seconds,
+        worker_liveness_seconds=settings.worker.liveness_seconds,
+        pending_timeout_seconds=settings.worker.pending_timeout_seconds,
+        max_execution_timeout_seconds=settings.worker.max_execution_timeout_seconds,
+    )
+
+
+def sqlite_path(database_url: str) -> Path | None:
+    url = make_url(database_url)
+    if url.get_backend_name() != "sqlite" or not url.database or url.database == ":memory:":
+        return None
+    return Path(url.database)
+
+
+def prepare_schema(settings: Settings, store: SqlStore) -> None:
+    """Local profile on SQLite: create and migrate an absent or empty database.
+
+    Anything else must already be at the current schema; an older one is refused with a
+    message naming ``punctual db upgrade`` (an upgrade is an operator's decision).
+    """
+    if settings.profile == "local" and store.dialect == "sqlite" and migrate.is_empty(store):
+        migrate.upgrade(store)
+        log.info("event=schema_created database=%s", store.engine.url.database)
+        return
+    migrate.check_current(store)
+
+
+def build_codec(settings: Settings) -> KeyRingCodec:
+    configured = settings.codec.key_file
+    if configured is not None:
+        path = Path(configured)
+    else:
+        db = sqlite_path(settings.database_url)
+        path = (db.parent if db is not None else Path()) / "punctual.keys"
+    if not path.exists():
+        if settings.profile == "production":
+            raise ConfigurationError(
+                f"codec.key_file {path} does not exist; the production profile needs a key ring "
+                "(see docs/operations.md, 'Keys')"
+            )
+        generate_key_file(path)
+        log.warning(
+            "event=codec_key_generated key_file=%s note=back this file up with the database", path
+        )
+    return load_key_file(path, settings.codec.active_key)
+
+
+def check_profile(settings: Settings) -> None:
+    if settings.profile == "production":
+        if settings.quota.controller == "local":
+            raise ConfigurationError(
+                "quota.controller = 'local' is best-effort and is refused in the production "
+                "profile; use 'postgres'"
+            )
+        if settings.database_url.startswith("sqlite"):
+            raise ConfigurationError(
+                "database_url: the production profile needs PostgreSQL (SQLite is one machine)"
+            )
+
+
+@dataclass
+class Punctual:
+    """An assembled punctual: services plus the processes' parts that can be started."""
+
+    settings: Settings
+    store: SqlStore
+    services: Services
+    engine: LocalEngine
+    metrics: Metrics
+    events: EventHub
+    mutations: MutationRunner
+    due_doorbell: Doorbell
+    runner: Runner | None = None
+    workers: list[LocalWorker] = field(default_factory=list)
+
+    def http_app(self) -> FastAPI:
+        edge = Edge(self.services, self.mutations)
+        return create_app(edge, self.metrics, max_body_bytes=self.settings.max_body_bytes)
+
+    def start_runner(self) -> Runner:
+        options = RunnerOptions(
+            page_size=self.settings.runner.page_size,
+            max_idle_seconds=self.settings.runner.max_idle_seconds,
+        )
+        self.runner = Runner(self.services, options, self.due_doorbell)
+        self.runner.start()
+        return self.runner
+
+    def start_worker(
+        self, app_ref: str, task_queues: list[str] | None = None, slots: int | None = None
+    ) -> LocalWorker:
+        app = load_app(app_ref)
+        queues = task_queues or sorted(
+            {cls.task_queue for cls in self.settings.workload_classes.values()}
+        )
+        options = WorkerOptions(
+            app_ref=app_ref,
+            task_queues=queues,
+            slots=slots or self.settings.worker.slots,
+            heartbeat_seconds=self.settings.worker.heartbeat_seconds,
+        )
+        worker = LocalWorker(self.services, app, options, self.engine.doorbell)
+        worker.start()
+        self.workers.append(worker)
+        return worker
+
+    def close(self) -> None:
+        if self.runner is not None:
+            self.runner.stop()
+        for worker in self.workers:
+            worker.stop()
+        self.mutations.close()
+        self.store.dispose()
+
+
+def build(
+    settings: Settings,
+    *,
+    clock: Clock | None = None,
+    rng: random.Random | None = None,
+    prepare: bool = True,
+) -> Punctual:
+    check_profile(settings)
+    store = SqlStore(settings.database_url)
+    if prepare:
+        prepare_schema(settings, store)
+    clock = clock or SystemClock()
+    codec = build_codec(settings)
+    engine = LocalEngine(store, clock, settings.worker.liveness_seconds)
+    metrics = Metrics()
+    events = EventHub(metrics)
+    due = Doorbell()
+    services = Services(
+        store=store,
+        codec=codec,
+        engine=engine,
+        clock=clock,
+        policy=host_policy(settings),
+        events=events,
+        rng=rng or random.Random(),
+        on_due_change=due.ring,
+    )
+    mutations = MutationRunner(services, error_status, error_body)
+    return Punctual(settings, store, services, engine, metrics, events, mutations, due)

@@ -1,0 +1,1 @@
+"""The punctual command line: a process entry point above the composition root."""

@@ -1,0 +1,375 @@
+"""The ``punctual`` command line (IF-3): serve, worker, db, tokens, definitions, starts, health.
+
+Exit codes: 0 success, 1 an operation was refused (the message says why), 2 usage or
+configuration error.
+"""
+
+from __future__ import annotations
+
+import json
+import logging
+import signal
+import sys
+import threading
+from collections.abc import Iterator
+from contextlib import contextmanager
+from typing import Annotated, Any
+
+import typer
+
+from punctual import bootstrap
+from punctual.adapters.stores.sql import migrate
+from punctual.adapters.stores.sql.store import SqlStore
+from punctual.domain.permissions import Principal, Role
+from punctual.domain.runs import DefinitionState
+from punctual.errors import ConfigurationError, PunctualError
+from punctual.settings import Settings, load_settings
+from punctual.usecases import definitions, health, identity, starts
+
+app = typer.Typer(
+    name="punctual",
+    help="A durable scheduler for workflow runs.",
+    no_args_is_help=True,
+    add_completion=False,
+)
+db_app = typer.Typer(help="Database schema.", no_args_is_help=True)
+tokens_app = typer.Typer(help="Bearer tokens.", no_args_is_help=True)
+definitions_app = typer.Typer(help="Host-global workflow definitions.", no_args_is_help=True)
+starts_app = typer.Typer(help="Scheduled starts.", no_args_is_help=True)
+app.add_typer(db_app, name="db")
+app.add_typer(tokens_app, name="tokens")
+app.add_typer(definitions_app, name="definitions")
+app.add_typer(starts_app, name="starts")
+
+ConfigOpt = Annotated[str | None, typer.Option("--config", help="TOML configuration file.")]
+DbOpt = Annotated[
+    str | None, typer.Option("--database-url", help="Overrides database_url.", show_default=False)
+]
+JsonOpt = Annotated[bool, typer.Option("--json", help="Machine-readable output.")]
+
+log = logging.getLogger("punctual")
+
+
+def _configure_logging() -> None:
+    logging.basicConfig(
+        level=logging.INFO,
+        format="%(asctime)s %(levelname)s %(name)s %(message)s",
+        stream=sys.stderr,
+    )
+
+
+def _settings(config: str | None, database_url: str | None, **extra: Any) -> Settings:
+    return load_settings(config, database_url=database_url, **extra)
+
+
+@contextmanager
+def _handled() -> Iterator[None]:
+    try:
+        yield
+    except ConfigurationError as exc:
+        typer.echo(f"error: {exc}", err=True)
+        raise typer.Exit(2) from exc
+    except PunctualError as exc:
+        typer.echo(f"error: {exc.code}: {exc}", err=True)
+        raise typer.Exit(1) from exc
+
+
+def _emit(data: Any, as_json: bool, human: str) -> None:
+    typer.echo(json.dumps(data, indent=2) if as_json else human)
+
+
+@app.command()
+def serve(
+    config: ConfigOpt = None,
+    database_url: DbOpt = None,
+    host: Annotated[str, typer.Option(help="Address to listen on.")] = "127.0.0.1",
+    port: Annotated[int, typer.Option(help="Port to listen on.")] = 8080,
+    app_ref: Annotated[
+        str, typer.Option("--app", help="The workflows to run, as module:attr.")
+    ] = "punctual.demo:app",
+    dev_token: Annotated[
+        str | None, typer.Option("--dev-token", help="Use this admin token for tenant 'default'.")
+    ] = None,
+    components: Annotated[
+        str, typer.Option(help="Any of api,runner,worker (comma-separated).")
+    ] = "api,runner,worker",
+) -> None:
+    """Run the API, the runner and a worker in one process (or the chosen components)."""
+    _configure_logging()
+    wanted = {c.strip() for c in components.split(",") if c.strip()}
+    unknown = wanted - {"api", "runner", "worker"}
+    if unknown or not wanted:
+        typer.echo(f"error: unknown component(s): {', '.join(sorted(unknown))}", err=True)
+        raise typer.Exit(2)
+    with _handled():
+        settings = _settings(config, database_url)
+        system = bootstrap.build(settings)
+    try:
+        with _handled():
+            issued = identity.bootstrap_default_tenant(system.services, dev_token)
+        if issued is not None:
+            typer.echo(f"admin token: {issued.token}")
+        if "worker" in wanted:
+            with _handled():
+                system.start_worker(app_ref)
+        if "runner" in wanted:
+            system.start_runner()
+        if "api" in wanted:
+            import uvicorn
+
+            typer.echo(f"punctual is serving on http://{host}:{port}")
+            uvicorn.run(system.http_app(), host=host, port=port, log_level="warning")
+        else:
+            _wait_for_signal()
+    finally:
+        system.close()
+
+
+def _wait_for_signal() -> None:
+    stop = threading.Event()
+    for sig in (signal.SIGTERM, signal.SIGINT):
+        signal.signal(sig, lambda *_: stop.set())
+    stop.wait()
+
+
+@app.command()
+def worker(
+    app_ref: Annotated[str, typer.Option("--app", help="The workflows, as module:attr.")],
+    config: ConfigOpt = None,
+    database_url: DbOpt = None,
+    engine: Annotated[str, typer.Option(help="local or temporal.")] = "local",
+    task_queue: Annotated[
+        list[str] | None, typer.Option("--task-queue", help="Queue(s) to serve; default all.")
+    ] = None,
+    slots: Annotated[int | None, typer.Option(help="Runs executed at once.")] = None,
+) -> None:
+    """Run a worker alone: it registers its definitions and executes runs."""
+    _configure_logging()
+    if engine != "local":
+        typer.echo(f"error: engine {engine!r} is not available in this version", err=True)
+        raise typer.Exit(2)
+    with _handled():
+        system = bootstrap.build(_settings(config, database_url))
+    try:
+        with _handled():
+            system.start_worker(app_ref, task_queue, slots)
+        typer.echo(f"worker {system.workers[0].id} started")
+        _wait_for_signal()
+    finally:
+        system.close()
+
+
+@db_app.command("upgrade")
+def db_upgrade(config: ConfigOpt = None, database_url: DbOpt = None) -> None:
+    """Migrate the database to this version's schema."""
+    with _handled():
+        settings = _settings(config, database_url)
+        store = SqlStore(settings.database_url)
+        before, after = migrate.upgrade(store)
+        store.dispose()
+    typer.echo(f"schema: {before or 'empty'} -> {after}")
+
+
+@tokens_app.command("create")
+def tokens_create(
+    tenant: Annotated[str, typer.Option(help="Tenant (created if absent).")],
+    subject: Annotated[str, typer.Option(help="Member subject (created if absent).")],
+    role: Annotated[Role, typer.Option(help="admin, member or viewer.")],
+    as_json: JsonOpt = False,
+    config: ConfigOpt = None,
+    database_url: DbOpt = None,
+) -> None:
+    """Create a tenant member if needed and print a new token for it."""
+    with _handled():
+        system = bootstrap.build(_settings(config, database_url))
+        try:
+            issued = identity.ensure_member_token(system.services, tenant, subject, role)
+        finally:
+            system.close()
+    _emit(
+        {"token": issued.token, "id": issued.id, "tenant": tenant, "subject": subject},
+        as_json,
+        issued.token,
+    )
+
+
+def _definitions_system(config: str | None, database_url: str | None) -> bootstrap.Punctual:
+    return bootstrap.build(_settings(config, database_url))
+
+
+@definitions_app.command("list")
+def definitions_list(
+    as_json: JsonOpt = False, config: ConfigOpt = None, database_url: DbOpt = None
+) -> None:
+    """List every workflow version, its state and whether a live worker has it loaded."""
+    with _handled():
+        system = _definitions_system(config, database_url)
+        try:
+            items = definitions.list_definitions(system.services)
+        finally:
+            system.close()
+    lines = [
+        f"{d['name']:<24} {d['version']:<10} {d['state']:<11} "
+        f"{'loaded' if d['loaded'] else '-':<7} {d['artifact']}"
+        for d in items
+    ]
+    _emit(items, as_json, "\n".join(lines) or "no definitions yet")
+
+
+def _lifecycle(
+    name: str,
+    version: str,
+    state: DefinitionState,
+    config: str | None,
+    database_url: str | None,
+    as_json: bool,
+) -> None:
+    with _handled():
+        system = _definitions_system(config, database_url)
+        try:
+            updated = definitions.set_lifecycle(system.services, name, version, state)
+        finally:
+            system.close()
+    _emit(
+        {"name": updated.name, "version": updated.version, "state": updated.state},
+        as_json,
+        f"{updated.name} {updated.version} is {updated.state}",
+    )
+
+
+@definitions_app.command("activate")
+def definitions_activate(
+    name: str,
+    version: str,
+    as_json: JsonOpt = False,
+    config: ConfigOpt = None,
+    database_url: DbOpt = None,
+) -> None:
+    """Make VERSION the active version of NAME (the previous one is deprecated)."""
+    _lifecycle(name, version, DefinitionState.ACTIVE, config, database_url, as_json)
+
+
+@definitions_app.command("deprecate")
+def definitions_deprecate(
+    name: str,
+    version: str,
+    as_json: JsonOpt = False,
+    config: ConfigOpt = None,
+    database_url: DbOpt = None,
+) -> None:
+    """Stop using VERSION for new dispatches, keeping it for what still needs it."""
+    _lifecycle(name, version, DefinitionState.DEPRECATED, config, database_url, as_json)
+
+
+@definitions_app.command("retire")
+def definitions_retire(
+    name: str,
+    version: str,
+    as_json: JsonOpt = False,
+    config: ConfigOpt = None,
+    database_url: DbOpt = None,
+) -> None:
+    """Retire VERSION; refused while anything still needs it."""
+    _lifecycle(name, version, DefinitionState.RETIRED, config, database_url, as_json)
+
+
+@definitions_app.command("check")
+def definitions_check(
+    as_json: JsonOpt = False, config: ConfigOpt = None, database_url: DbOpt = None
+) -> None:
+    """Deployment preflight: what each version is still needed by."""
+    with _handled():
+        system = _definitions_system(config, database_url)
+        try:
+            report = definitions.check(system.services)
+        finally:
+            system.close()
+    lines = [
+        f"{item['name']} {item['version']} ({item['state']}): "
+        f"{'; '.join(item['needed_by']) or 'not needed'}"
+        for item in report
+    ]
+    _emit(report, as_json, "\n".join(lines) or "no definitions yet")
+
+
+def _operator(tenant: str) -> Principal:
+    """The CLI acts as the host operator: an admin of the tenant it names."""
+    return Principal(tenant=tenant, subject="operator", role=Role.ADMIN)
+
+
+@starts_app.command("list")
+def starts_list(
+    tenant: Annotated[str, typer.Option(help="Tenant.")] = "default",
+    state: Annotated[str | None, typer.Option(help="Only this state.")] = None,
+    limit: Annotated[int, typer.Option(help="At most this many (1-100).")] = 50,
+    as_json: JsonOpt = False,
+    config: ConfigOpt = None,
+    database_url: DbOpt = None,
+) -> None:
+    """List a tenant's scheduled starts."""
+    with _handled():
+        system = _definitions_system(config, database_url)
+        try:
+            result = starts.list_starts(
+                system.services, _operator(tenant), starts.ListStarts(state=state, limit=limit)
+            )
+        finally:
+            system.close()
+    lines = [
+        f"{s['id']}  {s['state']:<11} {s['start_at']}  {s['workflow']}  {s['business_request_id']}"
+        for s in result["items"]
+    ]
+    _emit(result, as_json, "\n".join(lines) or "no starts")
+
+
+@starts_app.command("get")
+def starts_get(
+    start_id: str,
+    tenant: Annotated[str, typer.Option(help="Tenant.")] = "default",
+    config: ConfigOpt = None,
+    database_url: DbOpt = None,
+) -> None:
+    """Show one scheduled start as JSON."""
+    with _handled():
+        system = _definitions_system(config, database_url)
+        try:
+            start = starts.get(system.services, _operator(tenant), start_id)
+        finally:
+            system.close()
+    typer.echo(json.dumps(start, indent=2))
+
+
+@app.command("health")
+def health_command(
+    tenant: Annotated[str, typer.Option(help="Tenant.")] = "default",
+    as_json: JsonOpt = False,
+    config: ConfigOpt = None,
+    database_url: DbOpt = None,
+) -> None:
+    """The tenant's health report; exits 1 when degraded."""
+    with _handled():
+        system = _definitions_system(config, database_url)
+        try:
+            report = health.report(system.services, _operator(tenant))
+        finally:
+            system.close()
+    human = [f"status: {report['status']}", f"failed starts: {report['starts']['failed_count']}"]
+    human += [f"stalled dispatches: {report['starts']['stalled_count']}"]
+    human += [f"engine available: {report['engine']['available']}"]
+    human += [f"live workers: {len(report['workers'])}", f"tzdata: {report['tzdata_version']}"]
+    human += [
+        f"finding {f['id']} [{f['kind']}] {'(acknowledged) ' if f['acknowledged'] else ''}"
+        f"{f['message']}"
+        for f in report["findings"]
+    ]
+    _emit(report, as_json, "\n".join(human))
+    if report["status"] != "ok":
+        raise typer.Exit(1)
+
+
+def main() -> None:
+    app()
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,68 @@
+"""Why a dispatch did not start a run, classified by what should happen next.
+
+* configuration failures are deterministic: retrying cannot help, the start fails
+  (and a schedule that hits one is auto-disabled, CR-3);
+* start-specific failures (no worker has the version loaded) are retried with
+  backoff and charged to the start (DP-3);
+* outages (engine or store unavailable) are never charged to starts: dispatch pauses.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from enum import StrEnum
+
+
+class FailureClass(StrEnum):
+    CONFIGURATION = "configuration"
+    """Deterministic: the start fails at once; retrying would fail the same way."""
+    START_SPECIFIC = "start_specific"
+    """Specific to this start and possibly temporary: retried with backoff, then failed."""
+    OUTAGE = "outage"
+    """The engine or store is down: nothing is charged, dispatch pauses and resumes."""
+
+
+@dataclass(frozen=True)
+class DispatchFailure:
+    code: str
+    message: str
+    failure_class: FailureClass
+
+
+def workflow_inactive(workflow: str) -> DispatchFailure:
+    return DispatchFailure(
+        "workflow_inactive",
+        f"workflow {workflow} has no active version; activate one with "
+        "'punctual definitions activate'",
+        FailureClass.CONFIGURATION,
+    )
+
+
+def input_rejected(workflow: str, version: str, reason: str) -> DispatchFailure:
+    return DispatchFailure(
+        "input_rejected",
+        f"the input no longer validates against {workflow} version {version}: {reason}",
+        FailureClass.CONFIGURATION,
+    )
+
+
+def workload_class_removed(workload_class: str) -> DispatchFailure:
+    return DispatchFailure(
+        "workload_class_not_allowed",
+        f"workload class {workload_class} is no longer configured or allowed for this tenant",
+        FailureClass.CONFIGURATION,
+    )
+
+
+def version_not_loaded(workflow: str, version: str) -> DispatchFailure:
+    return DispatchFailure(
+        "version_not_loaded",
+        f"no live worker has {workflow} version {version} loaded; start a worker with it",
+        FailureClass.START_SPECIFIC,
+    )
+
+
+def engine_unavailable(detail: str) -> DispatchFailure:
+    return DispatchFailure(
+        "engine_unavailable", f"the engine did not answer: {detail}", FailureClass.OUTAGE
+    )

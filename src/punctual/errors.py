@@ -1,0 +1,102 @@
+"""punctual's one error tree.
+
+Every error a caller can see has a stable ``code`` (the API contract) and a message
+that names the thing concerned and says what to do. Exactly one module maps these
+classes to HTTP status codes: ``punctual.adapters.http.errors``.
+
+    PunctualError
+    ├── Unauthenticated                      unauthenticated
+    ├── Forbidden                            forbidden, workload_class_not_allowed
+    ├── NotFound                             not_found
+    ├── BadRequest                           idempotency_key_required, malformed_json
+    ├── InvalidRequest (422)                 validation_error, start_at_*, host_owned_field,
+    │                                        unknown_workflow, input_invalid, invalid_cron, ...
+    ├── PayloadTooLarge                      input_too_large, body_too_large
+    ├── Conflict                             idempotency_key_reused, version_conflict,
+    │                                        already_dispatched, invalid_state, in_use
+    ├── QuotaExceeded                        quota_exceeded
+    ├── Unavailable                          quota_unavailable, engine_unavailable,
+    │                                        store_unavailable
+    └── ConfigurationError                   configuration_error (startup; never reaches HTTP)
+
+Dispatch-time failures are classified separately, in ``punctual.domain.failures``.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+
+class PunctualError(Exception):
+    """Base of every error punctual raises on purpose."""
+
+    code: str = "internal_error"
+
+    def __init__(self, message: str, *, code: str | None = None, **details: Any) -> None:
+        super().__init__(message)
+        self.message = message
+        if code is not None:
+            self.code = code
+        self.details: dict[str, Any] = details
+
+    def __str__(self) -> str:
+        return self.message
+
+
+class Unauthenticated(PunctualError):
+    code = "unauthenticated"
+
+
+class Forbidden(PunctualError):
+    code = "forbidden"
+
+
+class NotFound(PunctualError):
+    code = "not_found"
+
+
+class BadRequest(PunctualError):
+    code = "bad_request"
+
+
+class InvalidRequest(PunctualError):
+    """The request is well-formed but its content is not acceptable (HTTP 422)."""
+
+    code = "validation_error"
+
+
+class PayloadTooLarge(PunctualError):
+    code = "input_too_large"
+
+
+class Conflict(PunctualError):
+    code = "conflict"
+
+
+class QuotaExceeded(PunctualError):
+    code = "quota_exceeded"
+
+
+class Unavailable(PunctualError):
+    """Something punctual depends on cannot answer now; retrying later may succeed."""
+
+    code = "unavailable"
+
+
+class ConfigurationError(PunctualError):
+    """The host configuration is invalid; raised at startup, naming the key."""
+
+    code = "configuration_error"
+
+
+def version_conflict(resource: str, resource_id: str, current_version: int) -> Conflict:
+    return Conflict(
+        f"{resource} {resource_id} is at version {current_version}; "
+        "read it again and retry with the current version",
+        code="version_conflict",
+        current_version=current_version,
+    )
+
+
+def not_found(resource: str, resource_id: str) -> NotFound:
+    return NotFound(f"{resource} {resource_id} does not exist in this tenant")

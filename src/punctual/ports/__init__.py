@@ -1,0 +1,1 @@
+"""Protocols whose docstrings are the specification every adapter must meet."""

@@ -1,0 +1,60 @@
+"""The Engine port: where runs execute (``local`` or ``temporal``).
+
+The store creates the run record at dispatch; the engine then makes it execute. Its
+promises, each pinned by the engine contract suite:
+
+* ``start`` is idempotent on the run id: a repeated call (retry, second runner, crash
+  between engine and store) converges on one execution (WF-6, DP-2);
+* ``cancel`` is cooperative and ``terminate`` immediate; both idempotent (WF-5);
+* ``loaded`` answers which (workflow, version, artifact) live workers have loaded;
+* an engine that cannot be reached raises ``EngineUnavailable``, never a start-specific
+  error, so outages are not charged to starts (DP-3).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from dataclasses import dataclass
+from typing import Any, Protocol
+
+from punctual.errors import Unavailable
+
+
+class EngineUnavailable(Unavailable):
+    code = "engine_unavailable"
+
+
+@dataclass(frozen=True)
+class RunOrder:
+    """What an engine needs to start a run; the input is still encrypted."""
+
+    run_id: str
+    tenant: str
+    workflow: str
+    definition_version: str
+    task_queue: str
+    priority: int
+    timeout_seconds: float
+    origin: dict[str, Any]
+
+
+class Engine(Protocol):
+    name: str
+
+    def start(self, orders: Sequence[RunOrder]) -> None:
+        """Make each run execute; idempotent per run id."""
+
+    def on_recorded(self, orders: Sequence[RunOrder]) -> None:
+        """Called once the store has committed the runs (an engine may wake workers)."""
+
+    def cancel(self, tenant: str, run_id: str) -> None:
+        """Ask the run to stop cooperatively; idempotent."""
+
+    def terminate(self, tenant: str, run_id: str) -> None:
+        """Stop the run now; idempotent."""
+
+    def available(self) -> bool:
+        """A cheap probe: can the engine accept starts right now?"""
+
+    def loaded(self) -> set[tuple[str, str, str]]:
+        """(workflow, version, artifact) that at least one live worker has loaded."""

@@ -1,0 +1,147 @@
+"""Plain records that cross the store port and are not domain aggregates."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from datetime import datetime
+from typing import Any
+
+
+@dataclass(frozen=True)
+class TokenRecord:
+    id: str
+    tenant: str
+    subject: str
+    created_at: datetime
+    expires_at: datetime | None
+    revoked_at: datetime | None
+    seq: int = 0
+
+
+@dataclass(frozen=True)
+class IdempotencyRecord:
+    tenant: str
+    principal: str
+    key: str
+    fingerprint: str
+    state: str  # "in_flight" | "done"
+    owner: str
+    lease_until: datetime
+    status_code: int | None
+    response: Any
+
+
+@dataclass(frozen=True)
+class EncryptedInput:
+    key_id: str
+    ciphertext: bytes
+
+
+@dataclass(frozen=True)
+class NewStart:
+    id: str
+    tenant: str
+    workflow: str
+    business_request_id: str
+    start_at: datetime
+    time_zone: str | None
+    workload_class: str
+    attributes: dict[str, str]
+    traceparent: str | None
+    input: EncryptedInput
+    created_by: str
+    run_id: str
+
+
+@dataclass(frozen=True)
+class ClaimedStart:
+    """A start a runner holds under a lease, with what dispatch needs to start its run."""
+
+    id: str
+    tenant: str
+    workflow: str
+    workload_class: str
+    traceparent: str | None
+    input: EncryptedInput
+    created_by: str
+    run_id: str
+    version: int
+    attempts: int
+    origin: dict[str, Any] = field(default_factory=dict)
+
+
+@dataclass(frozen=True)
+class NewRun:
+    id: str
+    tenant: str
+    workflow: str
+    definition_version: str
+    artifact: str
+    origin: dict[str, Any]
+    started_by: str
+    input: EncryptedInput
+    task_queue: str
+    priority: int
+    traceparent: str | None
+    timeout_seconds: float
+
+
+@dataclass(frozen=True)
+class ClaimedRun:
+    """A run a worker holds under a lease: attempt number and encrypted input included."""
+
+    id: str
+    tenant: str
+    workflow: str
+    definition_version: str
+    origin: dict[str, Any]
+    attempt: int
+    input: EncryptedInput
+    timeout_seconds: float
+
+
+@dataclass(frozen=True)
+class RunFlags:
+    id: str
+    state: str
+    cancel_requested: bool
+
+
+@dataclass(frozen=True)
+class WorkerRecord:
+    id: str
+    engine: str
+    host: str
+    task_queues: list[str]
+    loaded: list[tuple[str, str, str]]  # (workflow, version, artifact)
+    slots: int
+    started_at: datetime
+    heartbeat_at: datetime
+    stopped_at: datetime | None
+
+
+@dataclass(frozen=True)
+class Finding:
+    id: str
+    tenant: str
+    kind: str
+    subject_id: str
+    severity: str
+    message: str
+    created_at: datetime
+    acknowledged_at: datetime | None
+    acknowledged_by: str | None
+
+
+@dataclass(frozen=True)
+class StartFilter:
+    state: str | None = None
+    workflow: str | None = None
+    business_request_id: str | None = None
+
+
+@dataclass(frozen=True)
+class RunFilter:
+    workflow: str | None = None
+    state: str | None = None
+    origin_id: str | None = None

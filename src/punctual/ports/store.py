@@ -1,0 +1,279 @@
+"""The Store port: punctual's single source of truth (SQL on SQLite or PostgreSQL).
+
+Every unit of work runs in ``Store.transaction()``; the repositories reachable from the
+transaction object operate inside it. The contract suite in ``tests/contract`` has a
+named test for each "must" below and runs over every adapter.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from contextlib import AbstractContextManager
+from datetime import datetime
+from typing import Any, Protocol
+
+from punctual.domain.permissions import Principal, Role
+from punctual.domain.runs import Definition, DefinitionState, Run, RunState
+from punctual.domain.starts import ScheduledStart, StartState
+from punctual.ports.records import (
+    ClaimedRun,
+    ClaimedStart,
+    Finding,
+    IdempotencyRecord,
+    NewRun,
+    NewStart,
+    RunFilter,
+    RunFlags,
+    StartFilter,
+    TokenRecord,
+    WorkerRecord,
+)
+
+
+class Identity(Protocol):
+    def ensure_tenant(self, tenant: str, now: datetime) -> bool:
+        """Create the tenant if absent; True if created. Idempotent."""
+
+    def tenant_exists(self, tenant: str) -> bool: ...
+
+    def upsert_member(self, tenant: str, subject: str, role: Role, now: datetime) -> bool:
+        """Add a member or change its role; True if the member is new."""
+
+    def member_role(self, tenant: str, subject: str) -> Role | None: ...
+
+    def remove_member(self, tenant: str, subject: str) -> bool: ...
+
+    def insert_token(
+        self,
+        token_id: str,
+        tenant: str,
+        subject: str,
+        digest: str,
+        now: datetime,
+        expires_at: datetime | None,
+    ) -> TokenRecord:
+        """Store only the digest of a token; the secret is never stored."""
+
+    def principal_for_digest(self, digest: str, now: datetime) -> Principal | None:
+        """The principal of a live token: not revoked, not expired, still a member."""
+
+    def list_tokens(self, tenant: str, after_seq: int, limit: int) -> list[TokenRecord]: ...
+
+    def revoke_token(self, tenant: str, token_id: str, now: datetime) -> bool:
+        """Must be idempotent; False only when the token does not exist in the tenant."""
+
+    def revoke_tokens_of(self, tenant: str, subject: str, now: datetime) -> int: ...
+
+
+class Definitions(Protocol):
+    def register(
+        self,
+        name: str,
+        version: str,
+        artifact: str,
+        input_schema: dict[str, Any],
+        execution_timeout_seconds: float,
+        now: datetime,
+    ) -> bool:
+        """Insert a version if new. The first version of a name must become active; an
+        existing version must keep its state (a restarting worker never re-activates)."""
+
+    def get(self, name: str, version: str) -> Definition | None: ...
+
+    def active(self, name: str) -> Definition | None:
+        """The one active version of ``name``, if any."""
+
+    def find(self, after_seq: int = 0, limit: int = 1000) -> list[tuple[int, Definition]]: ...
+
+    def set_state(self, name: str, version: str, state: DefinitionState) -> None:
+        """Activating a version must deprecate the previously active one of that name."""
+
+    def upsert_worker(self, worker: WorkerRecord) -> None: ...
+
+    def heartbeat_worker(self, worker_id: str, now: datetime) -> bool: ...
+
+    def stop_worker(self, worker_id: str, now: datetime) -> None: ...
+
+    def live_workers(self, since: datetime) -> list[WorkerRecord]:
+        """Workers that heartbeated at or after ``since`` and have not stopped."""
+
+    def prune_workers(self, before: datetime) -> int: ...
+
+
+class Idempotency(Protocol):
+    def try_claim(
+        self,
+        tenant: str,
+        principal: str,
+        key: str,
+        fingerprint: str,
+        owner: str,
+        lease_until: datetime,
+        now: datetime,
+    ) -> bool:
+        """Record the key in flight for ``owner``; False if any row exists for the key."""
+
+    def take_over(
+        self,
+        tenant: str,
+        principal: str,
+        key: str,
+        owner: str,
+        lease_until: datetime,
+        now: datetime,
+    ) -> bool:
+        """Adopt an in-flight key whose lease expired before ``now``."""
+
+    def get(self, tenant: str, principal: str, key: str) -> IdempotencyRecord | None: ...
+
+    def complete(
+        self,
+        tenant: str,
+        principal: str,
+        key: str,
+        owner: str,
+        status_code: int,
+        response: Any,
+        resource_id: str | None,
+        now: datetime,
+    ) -> bool:
+        """Record the decided outcome; must fail (False) if ``owner`` lost the key."""
+
+    def release(self, tenant: str, principal: str, key: str, owner: str) -> None: ...
+
+
+class Starts(Protocol):
+    def insert(self, new: NewStart, now: datetime) -> ScheduledStart:
+        """A new start is ``scheduled`` at version 1, due at its ``start_at``."""
+
+    def get(self, tenant: str, start_id: str, *, lock: bool = False) -> ScheduledStart | None:
+        """``lock`` holds the row until commit (waits at most the transaction's lock timeout)."""
+
+    def find(
+        self, tenant: str, where: StartFilter, after_seq: int, limit: int
+    ) -> list[tuple[int, ScheduledStart]]: ...
+
+    def count_pending(self, tenant: str, workload_class: str | None = None) -> int:
+        """Starts in ``scheduled`` or ``dispatching``."""
+
+    def count_in_state(self, tenant: str, state: StartState) -> int: ...
+
+    def stalled(self, tenant: str, lease_expired_before: datetime, limit: int) -> list[str]:
+        """Claimed starts whose lease expired before the given instant."""
+
+    def count_pending_of_workflow(self, workflow: str) -> int:
+        """Pending starts of ``workflow`` across all tenants (definitions are host-global)."""
+
+    def compare_and_set(
+        self, start_id: str, expected_version: int, now: datetime, **changes: Any
+    ) -> bool:
+        """Apply and bump the version only at ``expected_version``: the OS-7 arbiter."""
+
+    def claim_due(
+        self, now: datetime, limit: int, runner_id: str, lease_until: datetime
+    ) -> list[ClaimedStart]:
+        """Claim due starts (and those whose lease expired) oldest first; concurrent
+        claimers must never get the same start while its lease is live."""
+
+    def earliest_due(self) -> datetime | None: ...
+
+
+class Runs(Protocol):
+    def insert_new(self, runs: Sequence[NewRun], now: datetime) -> int:
+        """Create runs; an existing run id must be left untouched (WF-6)."""
+
+    def get(self, tenant: str, run_id: str) -> Run | None: ...
+
+    def find(
+        self, tenant: str, where: RunFilter, after_seq: int, limit: int
+    ) -> list[tuple[int, Run]]: ...
+
+    def count_unfinished(self, workflow: str, version: str) -> int:
+        """Runs of that version that are pending or running, across all tenants."""
+
+    def request_cancel(self, tenant: str, run_id: str, now: datetime) -> None:
+        """An unclaimed pending run ends ``canceled``; an active one is flagged."""
+
+    def terminate(self, tenant: str, run_id: str, now: datetime, reason: str) -> None:
+        """An active run is recorded ``terminated`` at once; no later result is accepted."""
+
+    def claim_pending(
+        self,
+        worker_id: str,
+        task_queues: Sequence[str],
+        loaded: Sequence[tuple[str, str]],
+        limit: int,
+        lease_until: datetime,
+        now: datetime,
+    ) -> list[ClaimedRun]:
+        """Claim runs the worker can execute, by priority then age; each claim is a new
+        attempt. Concurrent workers must never get the same run."""
+
+    def renew_leases(
+        self, worker_id: str, run_ids: Sequence[str], lease_until: datetime
+    ) -> None: ...
+
+    def flags(self, run_ids: Sequence[str]) -> list[RunFlags]: ...
+
+    def finish(
+        self,
+        run_id: str,
+        worker_id: str,
+        attempt: int,
+        state: RunState,
+        result: Any,
+        error: dict[str, Any] | None,
+        now: datetime,
+    ) -> bool:
+        """Record an attempt's outcome; must refuse (False) when the run was terminated or
+        its attempt was handed to another worker."""
+
+    def release_lost(self, now: datetime, max_attempts: int) -> tuple[int, int]:
+        """Runs whose lease expired: requeue as a new attempt, fail after ``max_attempts``."""
+
+    def time_out_pending(self, created_before: datetime, now: datetime, timeout: float) -> int: ...
+
+
+class Findings(Protocol):
+    def raise_finding(
+        self, tenant: str, kind: str, subject_id: str, severity: str, message: str, now: datetime
+    ) -> bool:
+        """One finding per (tenant, kind, subject); True if new."""
+
+    def clear(self, tenant: str, kind: str, subject_id: str) -> None: ...
+
+    def find(self, tenant: str, after_seq: int = 0, limit: int = 100) -> list[Finding]: ...
+
+    def get(self, tenant: str, finding_id: str) -> Finding | None: ...
+
+    def acknowledge(
+        self, tenant: str, finding_id: str, subject: str, now: datetime
+    ) -> Finding | None: ...
+
+
+class Tx(Protocol):
+    """The repositories of one open transaction."""
+
+    @property
+    def identity(self) -> Identity: ...
+    @property
+    def definitions(self) -> Definitions: ...
+    @property
+    def idempotency(self) -> Idempotency: ...
+    @property
+    def starts(self) -> Starts: ...
+    @property
+    def runs(self) -> Runs: ...
+    @property
+    def findings(self) -> Findings: ...
+
+
+class Store(Protocol):
+    @property
+    def dialect(self) -> str: ...
+
+    def transaction(
+        self, *, readonly: bool = False, lock_timeout: float | None = None
+    ) -> AbstractContextManager[Tx]:
+        """One unit of work: commits on success, rolls back on error. ``lock_timeout``
+        bounds row-lock waits. Must raise ``Unavailable`` when the database is down."""

@@ -1,0 +1,1 @@
+"""The process part that keeps time: dispatch passes, wake-ups, the reaper."""

@@ -1,0 +1,107 @@
+"""The runner: the process part that keeps time.
+
+It dispatches due starts in pages, sleeps until the earliest due time (or until a
+create or reschedule rings its doorbell), recovers runs of lost workers, and pauses
+behind a circuit breaker while the engine or the store is unavailable (DP-3): an
+outage is waited out, never charged to starts.
+"""
+
+from __future__ import annotations
+
+import logging
+import threading
+import time
+from dataclasses import dataclass
+
+from punctual.domain.ids import new_id
+from punctual.errors import Unavailable
+from punctual.usecases import execution
+from punctual.usecases.context import Services
+from punctual.usecases.dispatch import dispatch_due
+from punctual.usecases.doorbell import Doorbell
+
+log = logging.getLogger("punctual.runner")
+
+_MAX_OUTAGE_BACKOFF = 10.0
+
+
+@dataclass(frozen=True)
+class RunnerOptions:
+    page_size: int = 500
+    max_idle_seconds: float = 1.0
+    reap_every_seconds: float = 5.0
+
+
+@dataclass
+class RunnerStatus:
+    engine_available: bool = True
+    last_error: str | None = None
+    passes: int = 0
+
+
+class Runner:
+    def __init__(self, services: Services, options: RunnerOptions, doorbell: Doorbell) -> None:
+        self.id = new_id("wrk")
+        self.status = RunnerStatus()
+        self._services = services
+        self._options = options
+        self._doorbell = doorbell
+        self._stop = threading.Event()
+        self._thread: threading.Thread | None = None
+
+    def start(self) -> None:
+        self._thread = threading.Thread(target=self._loop, name="runner", daemon=True)
+        self._thread.start()
+        log.info("event=runner_started runner=%s", self.id)
+
+    def stop(self, timeout: float = 10.0) -> None:
+        self._stop.set()
+        self._doorbell.ring()
+        if self._thread is not None:
+            self._thread.join(timeout)
+        log.info("event=runner_stopped runner=%s", self.id)
+
+    def run_once(self) -> int:
+        """One dispatch pass; the number of starts claimed."""
+        report = dispatch_due(self._services, self.id, self._options.page_size)
+        self.status.passes += 1
+        return report.claimed
+
+    def _loop(self) -> None:
+        outage_backoff = 0.0
+        next_reap = 0.0
+        while not self._stop.is_set():
+            try:
+                claimed = self.run_once()
+                if time.monotonic() >= next_reap:
+                    execution.reap(self._services)
+                    next_reap = time.monotonic() + self._options.reap_every_seconds
+                if not self.status.engine_available:
+                    log.info("event=engine_available runner=%s", self.id)
+                self.status.engine_available = True
+                self.status.last_error = None
+                outage_backoff = 0.0
+            except Unavailable as exc:
+                outage_backoff = min(_MAX_OUTAGE_BACKOFF, max(0.2, outage_backoff * 2))
+                if self.status.engine_available:
+                    log.warning("event=engine_unavailable runner=%s error=%s", self.id, exc)
+                self.status.engine_available = False
+                self.status.last_error = str(exc)
+                self._stop.wait(outage_backoff)
+                continue
+            except Exception:
+                log.exception("event=runner_pass_failed runner=%s", self.id)
+                self._stop.wait(1.0)
+                continue
+            if claimed >= self._options.page_size:
+                continue  # a full page: more is probably due right now
+            self._doorbell.wait(self._sleep_seconds())
+
+    def _sleep_seconds(self) -> float:
+        services = self._services
+        with services.store.transaction(readonly=True) as tx:
+            due = tx.starts.earliest_due()
+        longest = self._options.max_idle_seconds
+        if due is None:
+            return longest
+        return max(0.0, min(longest, (due - services.clock.now()).total_seconds()))

@@ -1,0 +1,167 @@
+"""Host configuration: one TOML file, ``PUNCTUAL_*`` environment, CLI flags.
+
+Precedence is CLI > environment > file > defaults. Everything is validated once, at
+startup, and an error names the key. Only the composition root reads settings.
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Any, Literal
+
+from pydantic import BaseModel, ConfigDict, Field, SecretStr, ValidationError, model_validator
+from pydantic_settings import (
+    BaseSettings,
+    PydanticBaseSettingsSource,
+    SettingsConfigDict,
+    TomlConfigSettingsSource,
+)
+
+from punctual.errors import ConfigurationError
+
+
+class _Section(BaseModel):
+    model_config = ConfigDict(extra="forbid")
+
+
+class QuotaSettings(_Section):
+    controller: Literal["local", "postgres", "none"] | None = None
+
+
+class TenantLimits(_Section):
+    allowed_workload_classes: list[str] = Field(
+        default_factory=lambda: ["interactive", "standard", "batch"]
+    )
+    max_input_bytes: int = Field(default=65536, ge=2)
+    max_pending_starts: int = Field(default=10000, ge=0)
+    max_schedules: int = Field(default=1000, ge=0)
+    max_pending_by_class: dict[str, int] = Field(default_factory=dict)
+
+
+class TenantOverrides(_Section):
+    allowed_workload_classes: list[str] | None = None
+    max_input_bytes: int | None = Field(default=None, ge=2)
+    max_pending_starts: int | None = Field(default=None, ge=0)
+    max_schedules: int | None = Field(default=None, ge=0)
+    max_pending_by_class: dict[str, int] | None = None
+
+
+class WorkloadClass(_Section):
+    task_queue: str = Field(min_length=1)
+    priority: int = Field(ge=1, le=5)
+
+
+def _default_classes() -> dict[str, WorkloadClass]:
+    return {
+        "interactive": WorkloadClass(task_queue="interactive", priority=1),
+        "standard": WorkloadClass(task_queue="standard", priority=3),
+        "batch": WorkloadClass(task_queue="batch", priority=5),
+    }
+
+
+class RunnerSettings(_Section):
+    page_size: int = Field(default=500, ge=1, le=10000)
+    lease_seconds: float = Field(default=30, gt=0)
+    max_idle_seconds: float = Field(default=1.0, gt=0)
+    """Longest the runner sleeps without looking, as a backstop to wake-ups."""
+
+
+class WorkerSettings(_Section):
+    slots: int = Field(default=4, ge=1, le=256)
+    heartbeat_seconds: float = Field(default=5, gt=0)
+    liveness_seconds: float = Field(default=20, gt=0)
+    """A worker that has not heartbeated for this long is treated as gone."""
+    pending_timeout_seconds: float = Field(default=3600, gt=0)
+    max_execution_timeout_seconds: float = Field(default=86400, gt=0)
+
+
+class CodecSettings(_Section):
+    active_key: str | None = None
+    key_file: str | None = None
+
+
+class TemporalSettings(_Section):
+    address: str = "127.0.0.1:7233"
+    namespace: str = "default"
+
+
+class RetentionSettings(_Section):
+    days: float = Field(default=30, gt=0)
+
+
+class Settings(BaseSettings):
+    model_config = SettingsConfigDict(
+        env_prefix="PUNCTUAL_",
+        env_nested_delimiter="__",
+        extra="forbid",
+        case_sensitive=False,
+    )
+
+    profile: Literal["local", "production"] = "local"
+    database_url: str = "sqlite:///punctual.db"
+    engine: Literal["local", "temporal"] = "local"
+    api_wait_seconds: float = Field(default=5, gt=0, le=120)
+    max_body_bytes: int = Field(default=1_048_576, ge=1024)
+    internal_token: SecretStr | None = None
+    quota: QuotaSettings = Field(default_factory=QuotaSettings)
+    tenant_defaults: TenantLimits = Field(default_factory=TenantLimits)
+    tenants: dict[str, TenantOverrides] = Field(default_factory=dict)
+    workload_classes: dict[str, WorkloadClass] = Field(default_factory=_default_classes)
+    runner: RunnerSettings = Field(default_factory=RunnerSettings)
+    worker: WorkerSettings = Field(default_factory=WorkerSettings)
+    codec: CodecSettings = Field(default_factory=CodecSettings)
+    temporal: TemporalSettings = Field(default_factory=TemporalSettings)
+    retention: RetentionSettings = Field(default_factory=RetentionSettings)
+
+    @model_validator(mode="after")
+    def _consistent(self) -> Settings:
+        for name, overrides in self.tenants.items():
+            for cls in overrides.allowed_workload_classes or []:
+                if cls not in self.workload_classes:
+                    raise ValueError(
+                        f"tenants.{name}.allowed_workload_classes names {cls!r}, "
+                        "which is not in [workload_classes]"
+                    )
+        return self
+
+    def limits_for(self, tenant: str) -> TenantLimits:
+        """The tenant's effective limits: its overrides on top of ``tenant_defaults``."""
+        overrides = self.tenants.get(tenant)
+        if overrides is None:
+            return self.tenant_defaults
+        merged = self.tenant_defaults.model_dump()
+        merged.update(overrides.model_dump(exclude_none=True))
+        return TenantLimits.model_validate(merged)
+
+    @classmethod
+    def settings_customise_sources(
+        cls,
+        settings_cls: type[BaseSettings],
+        init_settings: PydanticBaseSettingsSource,
+        env_settings: PydanticBaseSettingsSource,
+        dotenv_settings: PydanticBaseSettingsSource,
+        file_secret_settings: PydanticBaseSettingsSource,
+    ) -> tuple[PydanticBaseSettingsSource, ...]:
+        return (init_settings, env_settings, TomlConfigSettingsSource(settings_cls))
+
+
+def load_settings(config_file: str | Path | None = None, **cli: Any) -> Settings:
+    """Build settings from the file, the environment and CLI values (``None`` = unset)."""
+    settings_cls: type[Settings] = Settings
+    if config_file is not None:
+        if not Path(config_file).is_file():
+            raise ConfigurationError(f"configuration file {config_file} does not exist")
+        # pydantic-settings reads the TOML path from the class's config, so bind it there.
+        settings_cls = type(
+            "FileSettings",
+            (Settings,),
+            {"model_config": {**Settings.model_config, "toml_file": Path(config_file)}},
+        )
+    try:
+        return settings_cls(**{k: v for k, v in cli.items() if v is not None})
+    except ValidationError as exc:
+        problems = "; ".join(
+            f"{'.'.join(str(p) for p in err['loc']) or '(top level)'}: {err['msg']}"
+            for err in exc.errors()
+        )
+        raise ConfigurationError(f"invalid configuration: {problems}") from exc

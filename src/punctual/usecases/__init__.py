@@ -1,0 +1,1 @@
+"""What punctual does, one module per family; takes ports and `now`, never adapters."""

@@ -1,0 +1,60 @@
+"""What every use case is handed: the ports and the host's policy, built by bootstrap."""
+
+from __future__ import annotations
+
+import random
+from collections.abc import Callable
+from dataclasses import dataclass, field
+
+from punctual.ports.clock import Clock
+from punctual.ports.codec import Codec
+from punctual.ports.engine import Engine
+from punctual.ports.events import Event, EventSink
+from punctual.ports.store import Store
+
+
+@dataclass(frozen=True)
+class WorkloadClass:
+    task_queue: str
+    priority: int
+
+
+@dataclass(frozen=True)
+class TenantPolicy:
+    allowed_workload_classes: frozenset[str]
+    max_input_bytes: int
+    max_pending_starts: int
+    max_schedules: int
+    max_pending_by_class: dict[str, int]
+
+
+@dataclass(frozen=True)
+class HostPolicy:
+    """Host-owned settings that decide admission and dispatch (read at call time)."""
+
+    workload_classes: dict[str, WorkloadClass]
+    tenant_policy: Callable[[str], TenantPolicy]
+    api_wait_seconds: float = 5.0
+    lease_seconds: float = 30.0
+    worker_liveness_seconds: float = 20.0
+    pending_timeout_seconds: float = 3600.0
+    max_execution_timeout_seconds: float = 86400.0
+    max_run_attempts: int = 10
+
+
+class NullEvents:
+    def emit(self, event: Event) -> None:
+        pass
+
+
+@dataclass
+class Services:
+    store: Store
+    codec: Codec
+    engine: Engine
+    clock: Clock
+    policy: HostPolicy
+    events: EventSink = field(default_factory=NullEvents)
+    rng: random.Random = field(default_factory=random.Random)
+    on_due_change: Callable[[], None] = field(default=lambda: None)
+    """Called after a commit that may make work due sooner (wakes the runner)."""

@@ -1,0 +1,98 @@
+"""The worker's side of runs: claim, record outcomes, heartbeat, and the reaper (WF-4..7)."""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from dataclasses import dataclass
+from datetime import timedelta
+from typing import Any
+
+from punctual.domain.runs import RunState
+from punctual.ports.events import Event
+from punctual.ports.records import ClaimedRun, RunFlags, WorkerRecord
+from punctual.usecases.context import Services
+from punctual.usecases.definitions import DeclaredDefinition, register_worker
+
+
+@dataclass(frozen=True)
+class ClaimedWork:
+    run: ClaimedRun
+    payload: Any
+
+
+def start_worker(
+    services: Services, worker: WorkerRecord, declared: Sequence[DeclaredDefinition]
+) -> None:
+    register_worker(services, worker, declared)
+
+
+def claim_runs(
+    services: Services,
+    worker_id: str,
+    task_queues: Sequence[str],
+    loaded: Sequence[tuple[str, str]],
+    limit: int,
+) -> list[ClaimedWork]:
+    now = services.clock.now()
+    lease_until = now + timedelta(seconds=services.policy.lease_seconds)
+    with services.store.transaction() as tx:
+        claimed = tx.runs.claim_pending(worker_id, task_queues, loaded, limit, lease_until, now)
+    return [ClaimedWork(run, services.codec.decrypt(run.input, run.tenant)) for run in claimed]
+
+
+def finish_run(
+    services: Services,
+    worker_id: str,
+    run: ClaimedRun,
+    state: RunState,
+    result: Any,
+    error: dict[str, Any] | None,
+) -> bool:
+    """Record an attempt's outcome; False when the run had moved on (terminated, lost)."""
+    now = services.clock.now()
+    with services.store.transaction() as tx:
+        recorded = tx.runs.finish(run.id, worker_id, run.attempt, state, result, error, now)
+    if recorded:
+        services.events.emit(
+            Event(f"run.{state.value}", run.tenant, run.id, {"attempt": run.attempt})
+        )
+    return recorded
+
+
+def heartbeat(services: Services, worker_id: str, running: Sequence[str]) -> list[RunFlags]:
+    """Keep the worker and its runs' leases alive; returns the runs' cancel/terminate flags."""
+    now = services.clock.now()
+    lease_until = now + timedelta(seconds=services.policy.lease_seconds)
+    with services.store.transaction() as tx:
+        tx.definitions.heartbeat_worker(worker_id, now)
+        tx.runs.renew_leases(worker_id, running, lease_until)
+        return tx.runs.flags(running)
+
+
+def run_flags(services: Services, running: Sequence[str]) -> list[RunFlags]:
+    with services.store.transaction(readonly=True) as tx:
+        return tx.runs.flags(running)
+
+
+def stop_worker(services: Services, worker_id: str) -> None:
+    with services.store.transaction() as tx:
+        tx.definitions.stop_worker(worker_id, services.clock.now())
+
+
+@dataclass(frozen=True)
+class ReapReport:
+    requeued: int
+    failed: int
+    timed_out: int
+
+
+def reap(services: Services) -> ReapReport:
+    """Recover runs of lost workers and end runs no worker picked up in time."""
+    policy = services.policy
+    now = services.clock.now()
+    pending_cutoff = now - timedelta(seconds=policy.pending_timeout_seconds)
+    with services.store.transaction() as tx:
+        requeued, failed = tx.runs.release_lost(now, policy.max_run_attempts)
+        timed_out = tx.runs.time_out_pending(pending_cutoff, now, policy.pending_timeout_seconds)
+        tx.definitions.prune_workers(now - timedelta(days=1))
+    return ReapReport(requeued, failed, timed_out)

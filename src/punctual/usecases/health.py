@@ -1,0 +1,74 @@
+"""The health report (DP-4): what is failed, stuck or down, per tenant."""
+
+from __future__ import annotations
+
+from datetime import datetime, timedelta
+from typing import Any
+
+from punctual.domain.permissions import Action, Principal, require
+from punctual.domain.recurrence import tzdata_version
+from punctual.domain.starts import StartState
+from punctual.errors import not_found
+from punctual.ports.records import StartFilter
+from punctual.ports.store import Tx
+from punctual.usecases.context import Services
+from punctual.usecases.idempotency import Mutation, Outcome
+from punctual.usecases.projections import finding_view, start_view, ts
+
+FAILED_LIST_LIMIT = 100
+STALL_GRACE = timedelta(seconds=60)
+
+
+def report(services: Services, principal: Principal) -> dict[str, Any]:
+    now = services.clock.now()
+    engine_up = services.engine.available()
+    since = now - timedelta(seconds=services.policy.worker_liveness_seconds)
+    with services.store.transaction(readonly=True) as tx:
+        findings = tx.findings.find(principal.tenant, limit=1000)
+        failed_count = tx.starts.count_in_state(principal.tenant, StartState.FAILED)
+        failed = tx.starts.find(
+            principal.tenant, StartFilter(state=StartState.FAILED.value), 0, FAILED_LIST_LIMIT
+        )
+        stalled = tx.starts.stalled(principal.tenant, now - STALL_GRACE, FAILED_LIST_LIMIT)
+        workers = tx.definitions.live_workers(since)
+    open_failures = [f for f in findings if f.severity == "error" and f.acknowledged_at is None]
+    degraded = bool(open_failures) or not engine_up or bool(stalled)
+    return {
+        "status": "degraded" if degraded else "ok",
+        "findings": [finding_view(f) for f in findings],
+        "starts": {
+            "failed_count": failed_count,
+            "failed": [start_view(start) for _, start in failed],
+            "stalled_count": len(stalled),
+            "stalled": stalled,
+        },
+        "schedules": [],
+        "engine": {"name": services.engine.name, "available": engine_up},
+        "workers": [
+            {
+                "id": w.id,
+                "engine": w.engine,
+                "host": w.host,
+                "task_queues": w.task_queues,
+                "loaded": [{"workflow": n, "version": v, "artifact": a} for n, v, a in w.loaded],
+                "slots": w.slots,
+                "heartbeat_at": ts(w.heartbeat_at),
+            }
+            for w in workers
+        ],
+        "tzdata_version": tzdata_version(),
+    }
+
+
+def acknowledge(services: Services, principal: Principal, finding_id: str) -> Mutation:
+    del services
+
+    def mutation(tx: Tx, now: datetime) -> Outcome:
+        if tx.findings.get(principal.tenant, finding_id) is None:
+            raise not_found("finding", finding_id)
+        require(principal, Action.OPERATE)
+        finding = tx.findings.acknowledge(principal.tenant, finding_id, principal.subject, now)
+        assert finding is not None
+        return Outcome(200, finding_view(finding), resource_id=finding_id)
+
+    return mutation

@@ -1,0 +1,219 @@
+"""One idempotency mechanism for every mutation (OS-4, OS-5, OS-7).
+
+A key belongs to (tenant, principal, key). The first request with a key records it
+*in flight* in its own short transaction, so concurrent requests with the same key see
+it; the mutation then runs in a second transaction that also records the decided
+outcome, so an accepted mutation and its recorded answer commit together or not at all.
+
+Only decided outcomes are recorded (2xx except 202, and deterministic 4xx); anything
+else releases the key so that a retry can still succeed. The mutation runs on a
+background thread: if it is not decided within the bounded API wait the caller gets
+``202 in_progress`` while it carries on, and a retry with the same key returns its
+outcome once it is decided.
+"""
+
+from __future__ import annotations
+
+import secrets
+import time
+from collections.abc import Callable
+from concurrent.futures import ThreadPoolExecutor
+from concurrent.futures import TimeoutError as FutureTimeout
+from dataclasses import dataclass
+from datetime import datetime, timedelta
+from typing import Any
+
+from punctual.errors import Conflict, PunctualError, Unavailable
+from punctual.ports.store import Tx
+from punctual.usecases.context import Services
+
+IN_PROGRESS_BODY = {"status": "in_progress"}
+_POLL_SECONDS = 0.02
+
+
+@dataclass(frozen=True)
+class IdempotentRequest:
+    tenant: str
+    principal: str
+    key: str
+    fingerprint: str
+
+
+@dataclass(frozen=True)
+class Outcome:
+    status: int
+    body: Any
+    resource_id: str | None = None
+    replayed: bool = False
+    recorded_body: Any = None
+    """What a replay answers instead of ``body`` (a token's secret is shown only once)."""
+
+
+class RecordedError(Exception):
+    """A deterministic error outcome, replayed exactly as it was first answered."""
+
+    def __init__(self, status: int, body: Any) -> None:
+        super().__init__(f"recorded error {status}")
+        self.status = status
+        self.body = body
+
+
+Mutation = Callable[[Tx, datetime], Outcome]
+ErrorStatus = Callable[[PunctualError], int]
+ErrorBody = Callable[[PunctualError], Any]
+
+
+def is_decided(status: int) -> bool:
+    """Outcomes a retry must get back verbatim; 202, 429, 503 and 5xx stay retryable."""
+    return 200 <= status < 500 and status not in (202, 429)
+
+
+class MutationRunner:
+    """Runs mutations under idempotency keys with a bounded wait."""
+
+    def __init__(
+        self,
+        services: Services,
+        error_status: ErrorStatus,
+        error_body: ErrorBody,
+        *,
+        threads: int = 16,
+    ) -> None:
+        self._services = services
+        self._error_status = error_status
+        self._error_body = error_body
+        self._pool = ThreadPoolExecutor(max_workers=threads, thread_name_prefix="mutation")
+
+    @property
+    def _wait(self) -> float:
+        return self._services.policy.api_wait_seconds
+
+    @property
+    def _lease(self) -> timedelta:
+        # Long enough that a mutation stuck behind a lock gives up before its key can
+        # be adopted by a retry: the lock wait below is bounded by this minus a margin.
+        return timedelta(seconds=max(30.0, 6 * self._wait))
+
+    def run(self, request: IdempotentRequest | None, mutation: Mutation) -> Outcome:
+        """Execute or replay; raises ``RecordedError`` to replay a recorded error.
+
+        Claiming the key and running the mutation both happen on a background thread:
+        either may wait on a lock (SQLite serializes writers), and the caller's wait is
+        bounded either way.
+        """
+        if request is None:
+            return self._execute(None, "", mutation)
+        deadline = time.monotonic() + self._wait
+        future = self._pool.submit(self._claim_then_execute, request, mutation, deadline)
+        try:
+            return future.result(timeout=max(0.0, deadline - time.monotonic()))
+        except FutureTimeout:
+            return Outcome(202, IN_PROGRESS_BODY)
+
+    def _claim_then_execute(
+        self, request: IdempotentRequest, mutation: Mutation, deadline: float
+    ) -> Outcome:
+        owner = secrets.token_hex(8)
+        while True:
+            claimed, outcome = self._claim_or_replay(request, owner)
+            if outcome is not None:
+                return outcome
+            if claimed:
+                return self._execute(request, owner, mutation)
+            if time.monotonic() >= deadline:
+                return Outcome(202, IN_PROGRESS_BODY)
+            time.sleep(_POLL_SECONDS)
+
+    def _claim_or_replay(
+        self, request: IdempotentRequest, owner: str
+    ) -> tuple[bool, Outcome | None]:
+        services = self._services
+        now = services.clock.now()
+        with services.store.transaction() as tx:
+            keys = tx.idempotency
+            args = (request.tenant, request.principal, request.key)
+            if keys.try_claim(*args, request.fingerprint, owner, now + self._lease, now):
+                return True, None
+            record = keys.get(*args)
+            if record is None:  # released between our insert and read: try again
+                return False, None
+            if record.fingerprint != request.fingerprint:
+                raise Conflict(
+                    f"idempotency key {request.key!r} was already used for a different request; "
+                    "use a new key for a new request",
+                    code="idempotency_key_reused",
+                )
+            if record.state == "done":
+                assert record.status_code is not None
+                if record.status_code >= 400:
+                    raise RecordedError(record.status_code, record.response)
+                return False, Outcome(record.status_code, record.response, replayed=True)
+            if record.lease_until < now and keys.take_over(*args, owner, now + self._lease, now):
+                return True, None
+            return False, None
+
+    def _execute(
+        self, request: IdempotentRequest | None, owner: str, mutation: Mutation
+    ) -> Outcome:
+        services = self._services
+        lock_wait = self._lease.total_seconds() - max(5.0, self._wait)
+        try:
+            with services.store.transaction(lock_timeout=lock_wait) as tx:
+                now = services.clock.now()
+                outcome = mutation(tx, now)
+                if request is not None:
+                    self._finish(tx, request, owner, outcome, now)
+        except PunctualError as exc:
+            status = self._error_status(exc)
+            if request is not None:
+                self._record_error(request, owner, exc, status)
+            raise
+        except BaseException:
+            if request is not None:
+                self._release(request, owner)
+            raise
+        services.on_due_change()
+        return outcome
+
+    def _finish(
+        self, tx: Tx, request: IdempotentRequest, owner: str, outcome: Outcome, now: datetime
+    ) -> None:
+        args = (request.tenant, request.principal, request.key)
+        if is_decided(outcome.status):
+            body = outcome.body if outcome.recorded_body is None else outcome.recorded_body
+            recorded = tx.idempotency.complete(
+                *args, owner, outcome.status, body, outcome.resource_id, now
+            )
+            if not recorded:
+                raise Unavailable(
+                    f"idempotency key {request.key!r} was taken over while this request ran; "
+                    "retry the same request to learn its outcome",
+                    code="in_progress",
+                )
+        else:
+            tx.idempotency.release(*args, owner)
+
+    def _record_error(
+        self, request: IdempotentRequest, owner: str, exc: PunctualError, status: int
+    ) -> None:
+        args = (request.tenant, request.principal, request.key)
+        try:
+            with self._services.store.transaction() as tx:
+                if is_decided(status):
+                    now = self._services.clock.now()
+                    body = self._error_body(exc)
+                    tx.idempotency.complete(*args, owner, status, body, None, now)
+                else:
+                    tx.idempotency.release(*args, owner)
+        except Unavailable:
+            pass  # the in-flight key expires with its lease; a retry takes it over
+
+    def _release(self, request: IdempotentRequest, owner: str) -> None:
+        try:
+            with self._services.store.transaction() as tx:
+                tx.idempotency.release(request.tenant, request.principal, request.key, owner)
+        except Unavailable:
+            pass  # the lease runs out and a retry adopts the key
+
+    def close(self) -> None:
+        self._pool.shutdown(wait=True, cancel_futures=False)

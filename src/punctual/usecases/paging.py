@@ -1,0 +1,44 @@
+"""Cursor paging by stable row order: an opaque cursor wraps the last row's sequence."""
+
+from __future__ import annotations
+
+import base64
+from collections.abc import Callable
+from typing import Any, TypeVar
+
+from punctual.errors import InvalidRequest
+
+T = TypeVar("T")
+MAX_LIMIT = 100
+
+
+def check_limit(limit: int) -> int:
+    if not 1 <= limit <= MAX_LIMIT:
+        raise InvalidRequest(f"limit must be between 1 and {MAX_LIMIT}, got {limit}")
+    return limit
+
+
+def decode_cursor(cursor: str | None) -> int:
+    if not cursor:
+        return 0
+    try:
+        raw = base64.urlsafe_b64decode(cursor.encode() + b"=" * (-len(cursor) % 4)).decode()
+        kind, _, seq = raw.partition(":")
+        if kind != "seq":
+            raise ValueError(kind)
+        return int(seq)
+    except (ValueError, UnicodeDecodeError) as exc:
+        raise InvalidRequest("cursor is not one this API returned", code="invalid_cursor") from exc
+
+
+def encode_cursor(seq: int) -> str:
+    return base64.urlsafe_b64encode(f"seq:{seq}".encode()).decode().rstrip("=")
+
+
+def page(
+    rows: list[tuple[int, T]], limit: int, present: Callable[[T], dict[str, Any]]
+) -> dict[str, Any]:
+    """Rows were fetched with ``limit + 1`` so that a next page is known to exist."""
+    items = rows[:limit]
+    next_cursor = encode_cursor(items[-1][0]) if len(rows) > limit and items else None
+    return {"items": [present(item) for _, item in items], "next_cursor": next_cursor}

@@ -1,0 +1,140 @@
+"""Shared fixtures: real stores (a SQLite file, a fresh PostgreSQL database), a controllable
+clock, and assembled punctual systems.
+
+PostgreSQL: each test session creates its own database on the server at
+``PUNCTUAL_TEST_PG`` (default ``postgresql://postgres@127.0.0.1:5432/test``), migrates it
+once, and truncates every table before each test. Locally an unreachable server skips
+the PostgreSQL half; with ``CI=true`` it fails instead.
+"""
+
+from __future__ import annotations
+
+import os
+import secrets
+import shutil
+from collections.abc import Iterator
+from datetime import UTC, datetime, timedelta
+from pathlib import Path
+from typing import Any
+
+import psycopg
+import pytest
+import sqlalchemy as sa
+
+from punctual import bootstrap
+from punctual.adapters.stores.sql import migrate
+from punctual.adapters.stores.sql.store import SqlStore
+from punctual.adapters.stores.sql.tables import metadata
+from punctual.settings import Settings, load_settings
+
+PG_SERVER = os.environ.get("PUNCTUAL_TEST_PG", "postgresql://postgres@127.0.0.1:5432/test")
+IN_CI = os.environ.get("CI", "").lower() in {"1", "true", "yes"}
+DEV_TOKEN = "test-admin-token-0123456789abcdef0123456789"
+
+
+class FakeClock:
+    """A clock the test moves by hand; time never passes on its own."""
+
+    def __init__(self, start: datetime | None = None) -> None:
+        self.current = start or datetime(2026, 11, 29, 12, 0, tzinfo=UTC)
+
+    def now(self) -> datetime:
+        return self.current
+
+    def advance(self, seconds: float) -> datetime:
+        self.current += timedelta(seconds=seconds)
+        return self.current
+
+
+def _pg_reachable() -> str | None:
+    try:
+        with psycopg.connect(PG_SERVER, connect_timeout=3, autocommit=True):
+            return None
+    except psycopg.Error as exc:
+        return str(exc)
+
+
+@pytest.fixture(scope="session")
+def pg_session_url() -> Iterator[str]:
+    problem = _pg_reachable()
+    if problem is not None:
+        if IN_CI:
+            pytest.fail(f"PostgreSQL is required in CI but unreachable at {PG_SERVER}: {problem}")
+        pytest.skip(f"PostgreSQL unreachable at {PG_SERVER}: {problem}")
+    name = f"punctual_test_{os.getpid()}_{secrets.token_hex(3)}"
+    with psycopg.connect(PG_SERVER, autocommit=True) as conn:
+        conn.execute(f'CREATE DATABASE "{name}"')
+    url = sa.engine.make_url(PG_SERVER).set(database=name).render_as_string(hide_password=False)
+    store = SqlStore(url)
+    migrate.upgrade(store)
+    store.dispose()
+    yield url
+    with psycopg.connect(PG_SERVER, autocommit=True) as conn:
+        conn.execute(f'DROP DATABASE IF EXISTS "{name}" WITH (FORCE)')
+
+
+def _truncate(url: str) -> None:
+    engine = sa.create_engine(url.replace("postgresql://", "postgresql+psycopg://", 1))
+    names = ", ".join(table.name for table in metadata.sorted_tables)
+    with engine.begin() as conn:
+        conn.exec_driver_sql(f"TRUNCATE {names} RESTART IDENTITY")
+    engine.dispose()
+
+
+@pytest.fixture(scope="session")
+def sqlite_template(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    path = tmp_path_factory.mktemp("template") / "template.db"
+    store = SqlStore(f"sqlite:///{path}")
+    migrate.upgrade(store)
+    store.dispose()
+    return path
+
+
+@pytest.fixture
+def sqlite_url(sqlite_template: Path, tmp_path: Path) -> str:
+    path = tmp_path / "punctual.db"
+    shutil.copy(sqlite_template, path)
+    return f"sqlite:///{path}"
+
+
+@pytest.fixture
+def pg_url(pg_session_url: str) -> str:
+    _truncate(pg_session_url)
+    return pg_session_url
+
+
+@pytest.fixture(params=["sqlite", pytest.param("postgres", marks=pytest.mark.postgres)])
+def database_url(request: pytest.FixtureRequest) -> str:
+    """Every test that takes this runs once on SQLite and once on PostgreSQL."""
+    fixture = "sqlite_url" if request.param == "sqlite" else "pg_url"
+    url: str = request.getfixturevalue(fixture)
+    return url
+
+
+def make_settings(database_url: str, tmp_path: Path, **overrides: Any) -> Settings:
+    key_file = tmp_path / "test.keys"
+    return load_settings(
+        None,
+        database_url=database_url,
+        codec={"key_file": str(key_file)},
+        api_wait_seconds=overrides.pop("api_wait_seconds", 2),
+        **overrides,
+    )
+
+
+@pytest.fixture
+def clock() -> FakeClock:
+    return FakeClock()
+
+
+@pytest.fixture
+def settings(database_url: str, tmp_path: Path) -> Settings:
+    return make_settings(database_url, tmp_path)
+
+
+@pytest.fixture
+def system(settings: Settings) -> Iterator[bootstrap.Punctual]:
+    """An assembled punctual on the real clock, with no runner or worker started."""
+    built = bootstrap.build(settings)
+    yield built
+    built.close()

@@ -1,0 +1,108 @@
+"""A small HTTP test client over the in-process ASGI app, with tokens per principal."""
+
+from __future__ import annotations
+
+import secrets
+from collections.abc import Iterator
+from contextlib import contextmanager
+from datetime import UTC, datetime, timedelta
+from typing import Any
+
+import httpx
+from fastapi.testclient import TestClient
+
+from punctual import bootstrap
+from punctual.domain.permissions import Role
+from punctual.usecases import identity
+
+
+class Api:
+    """Requests as one principal; ``key=None`` on a mutation sends a fresh random key."""
+
+    def __init__(self, client: TestClient | httpx.Client, token: str, tenant: str) -> None:
+        self.client = client
+        self.token = token
+        self.tenant = tenant
+
+    def path(self, suffix: str) -> str:
+        return f"/v1/tenants/{self.tenant}{suffix}"
+
+    def headers(self, key: str | None = None) -> dict[str, str]:
+        headers = {"Authorization": f"Bearer {self.token}"}
+        if key is not None:
+            headers["Idempotency-Key"] = key
+        return headers
+
+    def get(self, suffix: str, **params: Any) -> httpx.Response:
+        return self.client.get(self.path(suffix), headers=self.headers(), params=params)
+
+    def post(
+        self, suffix: str, body: Any = None, *, key: str | None = None, **params: Any
+    ) -> httpx.Response:
+        return self.client.post(
+            self.path(suffix),
+            headers=self.headers(key or secrets.token_hex(8)),
+            json=body,
+            params=params,
+        )
+
+    def delete(self, suffix: str, *, key: str | None = None, **params: Any) -> httpx.Response:
+        return self.client.delete(
+            self.path(suffix), headers=self.headers(key or secrets.token_hex(8)), params=params
+        )
+
+
+def member_api(
+    system: bootstrap.Punctual,
+    client: TestClient | httpx.Client,
+    tenant: str = "acme",
+    subject: str = "alice",
+    role: Role = Role.MEMBER,
+) -> Api:
+    issued = identity.ensure_member_token(system.services, tenant, subject, role)
+    return Api(client, issued.token, tenant)
+
+
+@contextmanager
+def in_process(system: bootstrap.Punctual) -> Iterator[TestClient]:
+    with TestClient(system.http_app(), raise_server_exceptions=False) as client:
+        yield client
+
+
+def future(seconds: float = 3600) -> str:
+    return (datetime.now(UTC) + timedelta(seconds=seconds)).isoformat().replace("+00:00", "Z")
+
+
+def echo_start(start_at: str | None = None, **overrides: Any) -> dict[str, Any]:
+    body: dict[str, Any] = {
+        "workflow": "echo",
+        "input": {"message": "hello"},
+        "business_request_id": "req-1",
+        "start_at": start_at or future(),
+        "workload_class": "standard",
+    }
+    body.update(overrides)
+    return body
+
+
+def register_demo(system: bootstrap.Punctual) -> None:
+    """Register the demo app's definitions as a worker would, without starting one."""
+    from punctual.adapters.engines.local.worker import declared_definitions
+    from punctual.ports.records import WorkerRecord
+    from punctual.usecases.definitions import register_worker
+    from punctual.workflows import load_app
+
+    app = load_app("punctual.demo:app")
+    now = system.services.clock.now()
+    record = WorkerRecord(
+        id="wrk_registration",
+        engine="local",
+        host="test",
+        task_queues=["standard"],
+        loaded=[(d.name, d.version, d.artifact) for d in app.definitions],
+        slots=1,
+        started_at=now,
+        heartbeat_at=now,
+        stopped_at=datetime(2000, 1, 1, tzinfo=UTC),
+    )
+    register_worker(system.services, record, declared_definitions(app))
