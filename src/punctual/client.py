@@ -1,0 +1,202 @@
+"""A typed HTTP client for punctual's API (IF-2), for Python programs in other processes.
+
+Every mutation takes an ``idempotency_key``: persist it with the request before sending
+and reuse it when retrying, so an ambiguous failure (timeout, dropped connection,
+``202 in_progress``) can be retried blindly and still acts once. ``retry_until_decided``
+does that loop for you.
+"""
+
+from __future__ import annotations
+
+import time
+from datetime import datetime
+from types import TracebackType
+from typing import Any
+
+import httpx
+
+
+class ApiError(Exception):
+    """An error answer from punctual, with its stable code."""
+
+    def __init__(self, status: int, code: str, message: str, details: dict[str, Any]) -> None:
+        super().__init__(f"{status} {code}: {message}")
+        self.status = status
+        self.code = code
+        self.message = message
+        self.details = details
+
+
+class InProgress(Exception):
+    """``202 in_progress``: retry the same request with the same key to learn the outcome."""
+
+
+class PunctualClient:
+    def __init__(
+        self, base_url: str, token: str, tenant: str = "default", *, timeout: float = 30.0
+    ) -> None:
+        self.tenant = tenant
+        self._http = httpx.Client(
+            base_url=base_url.rstrip("/"),
+            headers={"Authorization": f"Bearer {token}"},
+            timeout=timeout,
+        )
+
+    def __enter__(self) -> PunctualClient:
+        return self
+
+    def __exit__(
+        self,
+        exc_type: type[BaseException] | None,
+        exc: BaseException | None,
+        traceback: TracebackType | None,
+    ) -> None:
+        self.close()
+
+    def close(self) -> None:
+        self._http.close()
+
+    def _url(self, suffix: str) -> str:
+        return f"/v1/tenants/{self.tenant}{suffix}"
+
+    def _answer(self, response: httpx.Response) -> Any:
+        if response.status_code == 202:
+            raise InProgress(response.text)
+        if response.status_code >= 400:
+            try:
+                error = response.json()["error"]
+            except (ValueError, KeyError, TypeError):
+                error = {"code": "http_error", "message": response.text, "details": {}}
+            raise ApiError(
+                response.status_code, error["code"], error["message"], error.get("details", {})
+            )
+        return None if response.status_code == 204 else response.json()
+
+    def _get(self, suffix: str, **params: Any) -> Any:
+        query = {k: v for k, v in params.items() if v is not None}
+        return self._answer(self._http.get(self._url(suffix), params=query))
+
+    def _mutate(self, method: str, suffix: str, key: str, body: Any = None, **params: Any) -> Any:
+        response = self._http.request(
+            method,
+            self._url(suffix),
+            json=body,
+            params={k: v for k, v in params.items() if v is not None},
+            headers={"Idempotency-Key": key},
+        )
+        return self._answer(response)
+
+    def create_start(
+        self,
+        *,
+        idempotency_key: str,
+        workflow: str,
+        input: Any,
+        business_request_id: str,
+        start_at: datetime | str,
+        workload_class: str = "standard",
+        time_zone: str | None = None,
+        attributes: dict[str, str] | None = None,
+        traceparent: str | None = None,
+    ) -> dict[str, Any]:
+        body: dict[str, Any] = {
+            "workflow": workflow,
+            "input": input,
+            "business_request_id": business_request_id,
+            "start_at": start_at.isoformat() if isinstance(start_at, datetime) else start_at,
+            "workload_class": workload_class,
+        }
+        optional = {"time_zone": time_zone, "attributes": attributes, "traceparent": traceparent}
+        body.update({k: v for k, v in optional.items() if v is not None})
+        result: dict[str, Any] = self._mutate("POST", "/scheduled-starts", idempotency_key, body)
+        return result
+
+    def get_start(self, start_id: str) -> dict[str, Any]:
+        result: dict[str, Any] = self._get(f"/scheduled-starts/{start_id}")
+        return result
+
+    def list_starts(
+        self,
+        *,
+        state: str | None = None,
+        workflow: str | None = None,
+        business_request_id: str | None = None,
+        limit: int = 50,
+        cursor: str | None = None,
+    ) -> dict[str, Any]:
+        result: dict[str, Any] = self._get(
+            "/scheduled-starts",
+            state=state,
+            workflow=workflow,
+            business_request_id=business_request_id,
+            limit=limit,
+            cursor=cursor,
+        )
+        return result
+
+    def reschedule_start(
+        self,
+        start_id: str,
+        *,
+        idempotency_key: str,
+        version: int,
+        start_at: datetime | str,
+        time_zone: str | None = None,
+    ) -> dict[str, Any]:
+        body: dict[str, Any] = {
+            "version": version,
+            "start_at": start_at.isoformat() if isinstance(start_at, datetime) else start_at,
+        }
+        if time_zone is not None:
+            body["time_zone"] = time_zone
+        result: dict[str, Any] = self._mutate(
+            "POST", f"/scheduled-starts/{start_id}/reschedule", idempotency_key, body
+        )
+        return result
+
+    def cancel_start(
+        self, start_id: str, *, idempotency_key: str, version: int, reason: str | None = None
+    ) -> dict[str, Any]:
+        body: dict[str, Any] = {"version": version}
+        if reason is not None:
+            body["reason"] = reason
+        result: dict[str, Any] = self._mutate(
+            "POST", f"/scheduled-starts/{start_id}/cancel", idempotency_key, body
+        )
+        return result
+
+    def get_run(self, run_id: str) -> dict[str, Any]:
+        result: dict[str, Any] = self._get(f"/runs/{run_id}")
+        return result
+
+    def list_runs(self, **filters: Any) -> dict[str, Any]:
+        result: dict[str, Any] = self._get("/runs", **filters)
+        return result
+
+    def cancel_run(self, run_id: str, *, idempotency_key: str) -> dict[str, Any]:
+        result: dict[str, Any] = self._mutate("POST", f"/runs/{run_id}/cancel", idempotency_key)
+        return result
+
+    def terminate_run(self, run_id: str, *, idempotency_key: str) -> dict[str, Any]:
+        result: dict[str, Any] = self._mutate("POST", f"/runs/{run_id}/terminate", idempotency_key)
+        return result
+
+    def health(self) -> dict[str, Any]:
+        result: dict[str, Any] = self._get("/health")
+        return result
+
+
+def retry_until_decided(call: Any, *, attempts: int = 10, delay: float = 0.5, **kwargs: Any) -> Any:
+    """Repeat the *same* call (same key, same body) while the outcome is undecided:
+    ``202 in_progress``, ``429``, ``503`` or a network error. Decided answers return or raise.
+    """
+    for attempt in range(attempts):
+        try:
+            return call(**kwargs)
+        except (InProgress, httpx.TransportError):
+            pass
+        except ApiError as error:
+            if error.status not in (429, 503):
+                raise
+        time.sleep(delay * (attempt + 1))
+    return call(**kwargs)

@@ -1,0 +1,182 @@
+"""The in-process Python API (IF-2): schedule and inspect starts without HTTP.
+
+It runs the very use cases the HTTP API runs, under the same idempotency mechanism,
+as one principal of one tenant::
+
+    from datetime import datetime
+    from punctual.embedded import Scheduler
+
+    with Scheduler.open("sqlite:///punctual.db", tenant="default", subject="billing") as s:
+        start = s.schedule_at(
+            "echo", {"message": "hi"}, datetime.fromisoformat("2026-12-01T07:00:00+01:00"),
+            business_request_id="invoice-42", time_zone="Europe/Berlin",
+        )
+"""
+
+from __future__ import annotations
+
+import hashlib
+from collections.abc import Mapping
+from datetime import datetime
+from pathlib import Path
+from types import TracebackType
+from typing import Any
+
+from punctual import bootstrap
+from punctual.domain.permissions import Principal, Role
+from punctual.errors import PunctualError
+from punctual.settings import load_settings
+from punctual.usecases import health, identity, runs, starts
+from punctual.usecases.idempotency import IdempotentRequest, Mutation, RecordedError
+
+
+class Scheduler:
+    """One principal's handle on an assembled punctual (store, runner and workers optional)."""
+
+    def __init__(self, system: bootstrap.Punctual, tenant: str, subject: str, role: Role) -> None:
+        self.system = system
+        self.principal = Principal(tenant=tenant, subject=subject, role=role)
+        now = system.services.clock.now()
+        with system.store.transaction() as tx:
+            tx.identity.ensure_tenant(tenant, now)
+            if tx.identity.member_role(tenant, subject) is None:
+                tx.identity.upsert_member(tenant, subject, role, now)
+
+    @classmethod
+    def open(
+        cls,
+        database_url: str = "sqlite:///punctual.db",
+        *,
+        config: str | Path | None = None,
+        tenant: str = "default",
+        subject: str = "python",
+        role: Role = Role.ADMIN,
+        **settings: Any,
+    ) -> Scheduler:
+        loaded = load_settings(config, database_url=database_url, **settings)
+        return cls(bootstrap.build(loaded), tenant, subject, role)
+
+    def __enter__(self) -> Scheduler:
+        return self
+
+    def __exit__(
+        self,
+        exc_type: type[BaseException] | None,
+        exc: BaseException | None,
+        traceback: TracebackType | None,
+    ) -> None:
+        self.close()
+
+    def close(self) -> None:
+        self.system.close()
+
+    def run_in_background(self, app_ref: str | None = "punctual.demo:app") -> None:
+        """Start the runner (and a worker for ``app_ref``) in this process."""
+        if app_ref is not None:
+            self.system.start_worker(app_ref)
+        self.system.start_runner()
+
+    def _mutate(self, mutation: Mutation, idempotency_key: str | None, fingerprint: str) -> Any:
+        request = None
+        if idempotency_key is not None:
+            digest = hashlib.sha256(fingerprint.encode()).hexdigest()
+            request = IdempotentRequest(
+                self.principal.tenant, self.principal.subject, idempotency_key, digest
+            )
+        try:
+            return self.system.mutations.run(request, mutation).body
+        except RecordedError as recorded:
+            # A replayed decision comes back as the error it was, with its stable code.
+            error = recorded.body.get("error", {}) if isinstance(recorded.body, dict) else {}
+            raise PunctualError(
+                str(error.get("message", "recorded error")),
+                code=str(error.get("code", "error")),
+                **dict(error.get("details") or {}),
+            ) from None
+
+    def schedule_at(
+        self,
+        workflow: str,
+        input: Any,
+        at: datetime,
+        *,
+        business_request_id: str,
+        workload_class: str = "standard",
+        time_zone: str | None = None,
+        attributes: Mapping[str, str] | None = None,
+        traceparent: str | None = None,
+        idempotency_key: str | None = None,
+    ) -> dict[str, Any]:
+        """Start ``workflow`` once at ``at`` (which must carry a UTC offset)."""
+        command = starts.CreateStart(
+            workflow=workflow,
+            input=input,
+            business_request_id=business_request_id,
+            start_at=at,
+            workload_class=workload_class,
+            time_zone=time_zone,
+            attributes=dict(attributes or {}),
+            traceparent=traceparent,
+        )
+        mutation = starts.create(self.system.services, self.principal, command)
+        result: dict[str, Any] = self._mutate(mutation, idempotency_key, repr(command))
+        return result
+
+    def get_start(self, start_id: str) -> dict[str, Any]:
+        return starts.get(self.system.services, self.principal, start_id)
+
+    def list_starts(self, **filters: Any) -> dict[str, Any]:
+        return starts.list_starts(
+            self.system.services, self.principal, starts.ListStarts(**filters)
+        )
+
+    def reschedule_start(
+        self,
+        start_id: str,
+        version: int,
+        at: datetime,
+        *,
+        time_zone: str | None = None,
+        idempotency_key: str | None = None,
+    ) -> dict[str, Any]:
+        command = starts.RescheduleStart(start_id, version, at, time_zone)
+        mutation = starts.reschedule(self.system.services, self.principal, command)
+        result: dict[str, Any] = self._mutate(mutation, idempotency_key, repr(command))
+        return result
+
+    def cancel_start(
+        self,
+        start_id: str,
+        version: int,
+        *,
+        reason: str | None = None,
+        idempotency_key: str | None = None,
+    ) -> dict[str, Any]:
+        command = starts.CancelStart(start_id, version, reason)
+        mutation = starts.cancel(self.system.services, self.principal, command)
+        result: dict[str, Any] = self._mutate(mutation, idempotency_key, repr(command))
+        return result
+
+    def get_run(self, run_id: str) -> dict[str, Any]:
+        return runs.get(self.system.services, self.principal, run_id)
+
+    def cancel_run(self, run_id: str) -> dict[str, Any]:
+        result: dict[str, Any] = self._mutate(
+            runs.cancel(self.system.services, self.principal, run_id), None, ""
+        )
+        return result
+
+    def terminate_run(self, run_id: str) -> dict[str, Any]:
+        result: dict[str, Any] = self._mutate(
+            runs.terminate(self.system.services, self.principal, run_id), None, ""
+        )
+        return result
+
+    def health_report(self) -> dict[str, Any]:
+        return health.report(self.system.services, self.principal)
+
+    def issue_token(self, subject: str, role: Role) -> str:
+        """A bearer token for the HTTP API, for a member of this scheduler's tenant."""
+        return identity.ensure_member_token(
+            self.system.services, self.principal.tenant, subject, role
+        ).token

@@ -1,0 +1,63 @@
+"""The in-process Python API (IF-2) runs the same use cases as HTTP."""
+
+from __future__ import annotations
+
+import time
+from datetime import UTC, datetime, timedelta
+from pathlib import Path
+
+import pytest
+
+from punctual import bootstrap
+from punctual.domain.permissions import Role
+from punctual.embedded import Scheduler
+from punctual.errors import PunctualError
+from tests.conftest import make_settings
+from tests.support.api import register_demo
+
+
+def test_schedule_at_get_list_cancel_and_replay(database_url: str, tmp_path: Path) -> None:
+    system = bootstrap.build(make_settings(database_url, tmp_path))
+    with Scheduler(system, "default", "billing", Role.MEMBER) as scheduler:
+        register_demo(system)
+        at = datetime(2030, 12, 1, 7, 0, tzinfo=UTC) + timedelta(hours=-1)
+        start = scheduler.schedule_at(
+            "echo", {"message": "hi"}, at, business_request_id="inv-1", idempotency_key="k1"
+        )
+        assert start["state"] == "scheduled"
+        assert start["created_by"] == "billing"
+        again = scheduler.schedule_at(
+            "echo", {"message": "hi"}, at, business_request_id="inv-1", idempotency_key="k1"
+        )
+        assert again == start
+        assert scheduler.get_start(start["id"]) == start
+        listed = scheduler.list_starts(business_request_id="inv-1")
+        assert [item["id"] for item in listed["items"]] == [start["id"]]
+        canceled = scheduler.cancel_start(start["id"], 1, reason="customer left")
+        assert canceled["state"] == "canceled"
+        assert canceled["reason"] == "customer left"
+        with pytest.raises(PunctualError) as conflict:
+            scheduler.cancel_start(start["id"], 1)
+        assert conflict.value.code == "invalid_state"
+
+
+def test_background_runner_and_worker_run_a_start(database_url: str, tmp_path: Path) -> None:
+    system = bootstrap.build(make_settings(database_url, tmp_path))
+    with Scheduler(system, "default", "ops", Role.ADMIN) as scheduler:
+        scheduler.run_in_background("punctual.demo:app")
+        start = scheduler.schedule_at(
+            "score",
+            {"score": 0.5},
+            datetime.now(UTC) - timedelta(seconds=2),
+            business_request_id="score-1",
+        )
+        deadline = time.monotonic() + 20
+        while (current := scheduler.get_start(start["id"]))["dispatch"] is None:
+            assert time.monotonic() < deadline
+            time.sleep(0.05)
+        run_id = current["dispatch"]["run_id"]
+        while (run := scheduler.get_run(run_id))["state"] != "completed":
+            assert time.monotonic() < deadline, run
+            time.sleep(0.05)
+        assert run["result"] == {"metrics": {"score": 0.5}}
+        assert scheduler.health_report()["status"] == "ok"
