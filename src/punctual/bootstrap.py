@@ -11,6 +11,7 @@ import random
 from dataclasses import dataclass, field
 from pathlib import Path
 
+import sqlalchemy as sa
 from fastapi import FastAPI
 from sqlalchemy.engine import make_url
 
@@ -21,10 +22,13 @@ from punctual.adapters.engines.local.worker import LocalWorker, WorkerOptions
 from punctual.adapters.http.app import create_app
 from punctual.adapters.http.edge import Edge, error_body, error_status
 from punctual.adapters.observability import EventHub, Metrics
+from punctual.adapters.quota import LocalQuota, NoQuota, PostgresQuota
 from punctual.adapters.stores.sql import migrate
-from punctual.adapters.stores.sql.store import SqlStore
+from punctual.adapters.stores.sql.store import SqlStore, SqlTx
 from punctual.errors import ConfigurationError
 from punctual.ports.clock import Clock
+from punctual.ports.quota import QuotaController
+from punctual.ports.store import Tx
 from punctual.runner.loop import Runner, RunnerOptions
 from punctual.settings import Settings
 from punctual.usecases.context import HostPolicy, Services, TenantPolicy, WorkloadClass
@@ -98,6 +102,25 @@ def build_codec(settings: Settings) -> KeyRingCodec:
             "event=codec_key_generated key_file=%s note=back this file up with the database", path
         )
     return load_key_file(path, settings.codec.active_key)
+
+
+def build_quota(settings: Settings, store: SqlStore) -> QuotaController:
+    """The local profile defaults to the best-effort controller; production has no default."""
+    controller = settings.quota.controller
+    if controller is None:
+        controller = "local" if settings.profile == "local" else "none"
+    if controller == "local":
+        return LocalQuota()
+    if controller == "none":
+        return NoQuota()
+    if store.dialect != "postgresql":
+        raise ConfigurationError("quota.controller = 'postgres' needs a PostgreSQL database_url")
+
+    def connection_of(tx: Tx) -> sa.Connection:
+        assert isinstance(tx, SqlTx)
+        return tx.conn
+
+    return PostgresQuota(connection_of)
 
 
 def check_profile(settings: Settings) -> None:
@@ -191,6 +214,7 @@ def build(
         engine=engine,
         clock=clock,
         policy=host_policy(settings),
+        quota=build_quota(settings, store),
         events=events,
         rng=rng or random.Random(),
         on_due_change=due.ring,

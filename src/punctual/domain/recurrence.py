@@ -36,11 +36,11 @@ import functools
 import heapq
 import importlib
 import importlib.resources
+import itertools
 import re
 from collections.abc import Iterator
 from dataclasses import dataclass
 from datetime import UTC, datetime, timedelta
-from itertools import islice
 from typing import Any
 from zoneinfo import ZoneInfo
 
@@ -250,8 +250,12 @@ class _CompiledCron:
     fixed_time: bool
 
 
+def _is_number(text: str) -> bool:
+    return text.isascii() and text.isdigit()  # str.isdigit alone accepts "²" and "٣"
+
+
 def _check_value(field: _Field, text: str) -> int:
-    if text.isdigit():
+    if _is_number(text):
         value = int(text)
         if not field.low <= value <= field.high:
             raise InvalidCron(field.name, f"{value} is out of range {field.low}-{field.high}")
@@ -278,7 +282,7 @@ def _check_field(field: _Field, text: str) -> str:
         if match is None:
             raise InvalidCron(field.name, f"{term!r} is not a value, range or step")
         step = match["step"]
-        if step is not None and not (step.isdigit() and int(step) >= 1):
+        if step is not None and not (_is_number(step) and int(step) >= 1):
             raise InvalidCron(field.name, f"step {step!r} must be a whole number of at least 1")
         if match["range"] == "*":
             terms.append(term)
@@ -441,16 +445,19 @@ def _offset(value: datetime) -> timedelta:
     return offset
 
 
-def _gap_end(naive: datetime, zone: ZoneInfo, before: timedelta, after: timedelta) -> datetime:
+def _gap_end(
+    naive: datetime, zone: ZoneInfo, old_offset: timedelta, new_offset: timedelta
+) -> datetime:
     """The transition instant of the gap that swallows ``naive``: the first real instant
-    after it. Between ``naive - after`` (still the old offset) and ``naive - before`` (the
-    new one) lies exactly one transition; tzdata transitions fall on whole seconds."""
+    after it. Between ``naive - new_offset`` (still on the old offset) and ``naive -
+    old_offset`` (already on the new one) lies exactly one transition; tzdata transitions
+    fall on whole seconds, so a bisection over seconds finds it."""
     epoch = datetime(1970, 1, 1)
-    low = int((naive - after - epoch).total_seconds())
-    high = int((naive - before - epoch).total_seconds())
+    low = int((naive - new_offset - epoch).total_seconds())
+    high = int((naive - old_offset - epoch).total_seconds())
     while high - low > 1:
         middle = (low + high) // 2
-        if _offset(datetime.fromtimestamp(middle, zone)) == before:
+        if _offset(datetime.fromtimestamp(middle, zone)) == old_offset:
             low = middle
         else:
             high = middle
@@ -496,14 +503,17 @@ def _rank(item: Fire | DstSkip) -> int:
 def _cron_timeline(spec: CronSpec, after: datetime) -> Iterator[Fire | DstSkip]:
     compiled = _compile(spec.expression)
     zone = load_zone(spec.time_zone)
-    local_after = after.astimezone(zone)
-    start = local_after.replace(tzinfo=None)
-    if local_after.fold == 0:
-        # Inside the first pass of a repeated hour, second-pass instants of *earlier* wall
-        # times still lie ahead; start the wall-clock scan one overlap earlier.
-        overlap = _offset(local_after) - _offset(start.replace(tzinfo=zone, fold=1))
-        start -= max(overlap, timedelta(0))
-    candidates = CronSim(compiled.expression, start - timedelta(seconds=1))
+    try:
+        local_after = after.astimezone(zone)
+        start = local_after.replace(tzinfo=None)
+        if local_after.fold == 0:
+            # Inside the first pass of a repeated hour, second-pass instants of *earlier*
+            # wall times still lie ahead; start the wall-clock scan one overlap earlier.
+            overlap = _offset(local_after) - _offset(start.replace(tzinfo=zone, fold=1))
+            start -= max(overlap, timedelta(0))
+        candidates = CronSim(compiled.expression, start - timedelta(seconds=1))
+    except OverflowError:  # at the very end of the calendar
+        return
 
     # Wall times come in wall-clock order; instants mostly do too. The exception is the
     # second pass of a repeated hour, which lands after first passes of later wall times.
@@ -527,10 +537,9 @@ def _cron_timeline(spec: CronSpec, after: datetime) -> Iterator[Fire | DstSkip]:
 
     while True:
         try:
-            naive = next(candidates)
-        except (StopIteration, OverflowError):
+            items = _resolve(next(candidates), zone, spec, compiled.fixed_time)
+        except (StopIteration, OverflowError):  # no match for 50 years, or end of calendar
             break
-        items = _resolve(naive, zone, spec, compiled.fixed_time)
         yield from settled(min(item.at for item in items))
         for item in items:
             heapq.heappush(pending, (item.at, _rank(item), sequence, item))
@@ -540,20 +549,18 @@ def _cron_timeline(spec: CronSpec, after: datetime) -> Iterator[Fire | DstSkip]:
 
 def _interval_fires(spec: IntervalSpec, after: datetime) -> Iterator[Fire]:
     step = timedelta(milliseconds=spec.interval_ms)
-    if spec.starts_at is None:
-        first = after + step
-    elif after < spec.starts_at:
-        first = spec.starts_at
-    else:
-        first = spec.starts_at + step * ((after - spec.starts_at) // step + 1)
-    index = 0
-    while True:
-        try:
-            at = first + step * index
-        except OverflowError:
-            return
-        yield Fire(at, at.replace(tzinfo=None), at)
-        index += 1
+    try:
+        if spec.starts_at is None:
+            first = after + step
+        elif after < spec.starts_at:
+            first = spec.starts_at
+        else:
+            first = spec.starts_at + step * ((after - spec.starts_at) // step + 1)
+        for index in itertools.count():
+            at = first + step * index  # multiply rather than add: no drift to accumulate
+            yield Fire(at, at.replace(tzinfo=None), at)
+    except OverflowError:  # at the very end of the calendar
+        return
 
 
 def iter_timeline(spec: RecurrenceSpec, after: datetime) -> Iterator[Fire | DstSkip]:
@@ -580,7 +587,7 @@ def next_fires(spec: RecurrenceSpec, after: datetime, count: int) -> list[Fire]:
     """The first ``count`` fires strictly after ``after`` (the preview, RS-8's next 5)."""
     if count < 0:
         raise ValueError(f"count must be at least 0, got {count}")
-    return list(islice(iter_fires(spec, after), count))
+    return list(itertools.islice(iter_fires(spec, after), count))
 
 
 def fires_between(

@@ -10,6 +10,7 @@ from punctual.ports.clock import Clock
 from punctual.ports.codec import Codec
 from punctual.ports.engine import Engine
 from punctual.ports.events import Event, EventSink
+from punctual.ports.quota import QuotaController
 from punctual.ports.store import Store
 
 
@@ -54,6 +55,7 @@ class Services:
     engine: Engine
     clock: Clock
     policy: HostPolicy
+    quota: QuotaController
     events: EventSink = field(default_factory=NullEvents)
     rng: random.Random = field(default_factory=random.Random)
     on_due_change: Callable[[], None] = field(default=lambda: None)

@@ -14,8 +14,20 @@ MAX_LIMIT = 100
 
 def check_limit(limit: int) -> int:
     if not 1 <= limit <= MAX_LIMIT:
-        raise InvalidRequest(f"limit must be between 1 and {MAX_LIMIT}, got {limit}")
+        message = f"limit must be between 1 and {MAX_LIMIT}, got {limit}"
+        raise InvalidRequest(
+            message, errors=[{"loc": ["query", "limit"], "msg": message, "type": "range"}]
+        )
     return limit
+
+
+def check_choice(name: str, value: str | None, allowed: list[str]) -> None:
+    """A filter that must be one of a closed set of values."""
+    if value is not None and value not in allowed:
+        message = f"{name} must be one of {', '.join(allowed)}"
+        raise InvalidRequest(
+            message, errors=[{"loc": ["query", name], "msg": message, "type": "enum"}]
+        )
 
 
 def decode_cursor(cursor: str | None) -> int:

@@ -8,12 +8,12 @@ from typing import Any
 
 from punctual.domain.permissions import Action, Principal, require
 from punctual.domain.runs import Run, RunState
-from punctual.errors import InvalidRequest, not_found
+from punctual.errors import not_found
 from punctual.ports.records import RunFilter
 from punctual.ports.store import Tx
 from punctual.usecases.context import Services
 from punctual.usecases.idempotency import Mutation, Outcome
-from punctual.usecases.paging import check_limit, decode_cursor, page
+from punctual.usecases.paging import check_choice, check_limit, decode_cursor, page
 from punctual.usecases.projections import run_view
 
 
@@ -40,8 +40,7 @@ def get(services: Services, principal: Principal, run_id: str) -> dict[str, Any]
 
 def list_runs(services: Services, principal: Principal, query: ListRuns) -> dict[str, Any]:
     limit = check_limit(query.limit)
-    if query.state is not None and query.state not in {s.value for s in RunState}:
-        raise InvalidRequest(f"state must be one of {', '.join(s.value for s in RunState)}")
+    check_choice("state", query.state, [s.value for s in RunState])
     where = RunFilter(query.workflow, query.state, query.origin_id)
     with services.store.transaction(readonly=True) as tx:
         rows = tx.runs.find(principal.tenant, where, decode_cursor(query.cursor), limit + 1)

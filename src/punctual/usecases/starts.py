@@ -27,7 +27,7 @@ from punctual.ports.store import Tx
 from punctual.usecases.context import Services
 from punctual.usecases.definitions import input_problems, require_active
 from punctual.usecases.idempotency import Mutation, Outcome
-from punctual.usecases.paging import check_limit, decode_cursor, page
+from punctual.usecases.paging import check_choice, check_limit, decode_cursor, page
 from punctual.usecases.projections import start_view
 
 
@@ -110,6 +110,14 @@ def create(services: Services, principal: Principal, cmd: CreateStart) -> Mutati
             )
         require(principal, Action.CREATE)
         _admit_class_and_size(services, principal, cmd)
+        limits = services.policy.tenant_policy(principal.tenant)
+        services.quota.admit_start(
+            tx,
+            principal.tenant,
+            cmd.workload_class,
+            limits.max_pending_starts,
+            limits.max_pending_by_class.get(cmd.workload_class),
+        )
         start_id = new_id("st")
         start = tx.starts.insert(
             NewStart(
@@ -206,8 +214,7 @@ def get(services: Services, principal: Principal, start_id: str) -> dict[str, An
 
 def list_starts(services: Services, principal: Principal, query: ListStarts) -> dict[str, Any]:
     limit = check_limit(query.limit)
-    if query.state is not None and query.state not in {s.value for s in StartState}:
-        raise InvalidRequest(f"state must be one of {', '.join(s.value for s in StartState)}")
+    check_choice("state", query.state, [s.value for s in StartState])
     where = StartFilter(query.state, query.workflow, query.business_request_id)
     with services.store.transaction(readonly=True) as tx:
         rows = tx.starts.find(principal.tenant, where, decode_cursor(query.cursor), limit + 1)

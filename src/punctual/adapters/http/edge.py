@@ -133,6 +133,19 @@ def parse_body(raw: bytes, model: type[M], *, host_owned_check: bool = False) ->
         raise InvalidRequest(f"invalid request body: {summary}", errors=errors) from None
 
 
+def parse_limit(value: str | None, default: int = 50) -> int:
+    """Parsed here, after authentication, so a bad query never answers before a 401."""
+    if value is None:
+        return default
+    try:
+        return int(value)
+    except ValueError:
+        raise InvalidRequest(
+            f"limit must be a whole number from 1 to 100, not {value!r}",
+            errors=[{"loc": ["query", "limit"], "msg": "not an integer", "type": "int_parsing"}],
+        ) from None
+
+
 def json_response(outcome: Outcome) -> Response:
     if outcome.status == 204:
         return Response(status_code=204)

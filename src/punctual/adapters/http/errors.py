@@ -36,7 +36,11 @@ def envelope(code: str, message: str, details: dict[str, Any] | None = None) -> 
 
 
 def body_for(error: e.PunctualError) -> dict[str, Any]:
-    return envelope(error.code, error.message, error.details)
+    details = dict(error.details)
+    if error.code == "validation_error" and "errors" not in details:
+        # Every validation_error lists its problems, however it was raised.
+        details["errors"] = [{"loc": [], "msg": error.message, "type": "value_error"}]
+    return envelope(error.code, error.message, details)
 
 
 def response_for(error: e.PunctualError) -> JSONResponse:

@@ -4,10 +4,10 @@ from __future__ import annotations
 
 from typing import Annotated, Any
 
-from fastapi import APIRouter, Depends, Query, Request
+from fastapi import APIRouter, Depends, Request
 from fastapi.responses import Response
 
-from punctual.adapters.http.edge import Edge, run_mutation
+from punctual.adapters.http.edge import Edge, parse_limit, run_mutation
 from punctual.adapters.http.routes.common import IDEMPOTENCY_DOC, get_edge, raw_body
 from punctual.domain.permissions import Principal
 from punctual.usecases import runs
@@ -31,11 +31,11 @@ def list_runs(
     workflow: str | None = None,
     state: str | None = None,
     origin_id: str | None = None,
-    limit: Annotated[int, Query(ge=1, le=100)] = 50,
+    limit: str | None = None,
     cursor: str | None = None,
 ) -> dict[str, Any]:
     principal = edge.principal(request, tenant)
-    query = runs.ListRuns(workflow, state, origin_id, limit, cursor)
+    query = runs.ListRuns(workflow, state, origin_id, parse_limit(limit), cursor)
     return runs.list_runs(edge.services, principal, query)
 
 

@@ -4,10 +4,10 @@ from __future__ import annotations
 
 from typing import Annotated, Any
 
-from fastapi import APIRouter, Depends, Query, Request
+from fastapi import APIRouter, Depends, Request
 from fastapi.responses import Response
 
-from punctual.adapters.http.edge import Edge, parse_body, run_mutation
+from punctual.adapters.http.edge import Edge, parse_body, parse_limit, run_mutation
 from punctual.adapters.http.routes.common import IDEMPOTENCY_DOC, body_doc, get_edge, raw_body
 from punctual.adapters.http.schemas import CancelBody, CreateStartBody, RescheduleBody
 from punctual.domain.permissions import Principal
@@ -86,9 +86,9 @@ def list_starts(
     state: str | None = None,
     workflow: str | None = None,
     business_request_id: str | None = None,
-    limit: Annotated[int, Query(ge=1, le=100)] = 50,
+    limit: str | None = None,
     cursor: str | None = None,
 ) -> dict[str, Any]:
     principal = edge.principal(request, tenant)
-    query = starts.ListStarts(state, workflow, business_request_id, limit, cursor)
+    query = starts.ListStarts(state, workflow, business_request_id, parse_limit(limit), cursor)
     return starts.list_starts(edge.services, principal, query)

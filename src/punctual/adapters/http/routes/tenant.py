@@ -4,10 +4,10 @@ from __future__ import annotations
 
 from typing import Annotated, Any
 
-from fastapi import APIRouter, Depends, Query, Request
+from fastapi import APIRouter, Depends, Request
 from fastapi.responses import Response
 
-from punctual.adapters.http.edge import Edge, parse_body, run_mutation
+from punctual.adapters.http.edge import Edge, parse_body, parse_limit, run_mutation
 from punctual.adapters.http.routes.common import IDEMPOTENCY_DOC, body_doc, get_edge, raw_body
 from punctual.adapters.http.schemas import MemberBody, TokenBody
 from punctual.domain.permissions import Principal
@@ -71,11 +71,11 @@ def list_tokens(
     tenant: str,
     request: Request,
     edge: EdgeDep,
-    limit: Annotated[int, Query(ge=1, le=100)] = 50,
+    limit: str | None = None,
     cursor: str | None = None,
 ) -> dict[str, Any]:
     principal = edge.principal(request, tenant)
-    return identity.list_tokens(edge.services, principal, limit, cursor)
+    return identity.list_tokens(edge.services, principal, parse_limit(limit), cursor)
 
 
 @router.delete("/tokens/{token_id}", status_code=204, description=IDEMPOTENCY_DOC)

@@ -83,11 +83,18 @@ def insert_ignore(
     return len(conn.execute(stmt).all())
 
 
-def for_claim(select: sa.Select[Any], conn: sa.Connection) -> sa.Select[Any]:
-    """Lock the selected rows for a claim; other claimers skip them instead of waiting."""
-    if conn.dialect.name == "postgresql":
-        return select.with_for_update(skip_locked=True)
-    return select
+def claimable(select: sa.Select[Any], conn: sa.Connection) -> sa.ScalarSelect[Any]:
+    """The ids to claim, locked so that concurrent claimers skip them instead of waiting.
+
+    On PostgreSQL the locking select is a MATERIALIZED CTE: written as a plain
+    ``IN (subquery)`` the planner may run the subquery more than once, and with
+    SKIP LOCKED each run locks different rows, so a claim could exceed its limit.
+    """
+    if conn.dialect.name != "postgresql":
+        return select.scalar_subquery()
+    locked = select.with_for_update(skip_locked=True).cte("claimable")
+    locked = locked.prefix_with("MATERIALIZED")
+    return sa.select(locked.c[0]).scalar_subquery()
 
 
 def for_update(select: sa.Select[Any], conn: sa.Connection) -> sa.Select[Any]:

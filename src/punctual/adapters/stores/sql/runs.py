@@ -9,7 +9,7 @@ from typing import Any
 import sqlalchemy as sa
 
 from punctual.adapters.stores.sql import tables as t
-from punctual.adapters.stores.sql.dialects import for_claim, insert_ignore
+from punctual.adapters.stores.sql.dialects import claimable, insert_ignore
 from punctual.adapters.stores.sql.rows import run_from_row
 from punctual.domain.runs import Run, RunState
 from punctual.ports.records import ClaimedRun, EncryptedInput, NewRun, RunFilter, RunFlags
@@ -129,10 +129,9 @@ class SqlRuns:
             .order_by(_r.priority, _r.seq)
             .limit(limit)
         )
-        pending = for_claim(pending, self._conn)
         claimed = self._conn.execute(
             sa.update(t.runs)
-            .where(_r.id.in_(pending.scalar_subquery()), _r.state == RunState.PENDING.value)
+            .where(_r.id.in_(claimable(pending, self._conn)), _r.state == RunState.PENDING.value)
             .values(
                 state=RunState.RUNNING.value,
                 claimed_by=worker_id,

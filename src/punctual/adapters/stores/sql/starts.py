@@ -8,7 +8,7 @@ from typing import Any
 import sqlalchemy as sa
 
 from punctual.adapters.stores.sql import tables as t
-from punctual.adapters.stores.sql.dialects import for_claim, for_update
+from punctual.adapters.stores.sql.dialects import claimable, for_update
 from punctual.adapters.stores.sql.rows import last_error_to_json, start_from_row
 from punctual.domain.starts import LastError, ScheduledStart, StartState
 from punctual.ports.records import ClaimedStart, EncryptedInput, NewStart, StartFilter
@@ -132,10 +132,9 @@ class SqlStarts:
             .order_by(_s.due_at)
             .limit(limit)
         )
-        due = for_claim(due, self._conn)
         claimed = self._conn.execute(
             sa.update(t.starts)
-            .where(_s.id.in_(due.scalar_subquery()))
+            .where(_s.id.in_(claimable(due, self._conn)))
             .values(
                 state=StartState.DISPATCHING.value,
                 claimed_by=runner_id,
