@@ -7,6 +7,7 @@ embedded users call it, and nothing else constructs adapters.
 from __future__ import annotations
 
 import logging
+import os
 import random
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -19,6 +20,7 @@ from punctual.adapters.clock import SystemClock
 from punctual.adapters.crypto import KeyRingCodec, generate_key_file, load_key_file
 from punctual.adapters.engines.local.engine import LocalEngine
 from punctual.adapters.engines.local.worker import LocalWorker, WorkerOptions
+from punctual.adapters.faults import CrashPoints
 from punctual.adapters.http.app import create_app
 from punctual.adapters.http.edge import Edge, error_body, error_status
 from punctual.adapters.observability import EventHub, Metrics
@@ -218,6 +220,7 @@ def build(
         events=events,
         rng=rng or random.Random(),
         on_due_change=due.ring,
+        crash_point=CrashPoints(os.environ.get("PUNCTUAL_CRASH_AT", "")),
     )
     mutations = MutationRunner(services, error_status, error_body)
     return Punctual(settings, store, services, engine, metrics, events, mutations, due)

@@ -60,3 +60,5 @@ class Services:
     rng: random.Random = field(default_factory=random.Random)
     on_due_change: Callable[[], None] = field(default=lambda: None)
     """Called after a commit that may make work due sooner (wakes the runner)."""
+    crash_point: Callable[[str], None] = field(default=lambda name: None)
+    """Fault-injection seam: tests make the process die at a named point."""

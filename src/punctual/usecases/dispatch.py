@@ -61,6 +61,7 @@ def dispatch_due(services: Services, runner_id: str, page_size: int) -> Dispatch
     report = DispatchReport(claimed=len(claims))
     if not claims:
         return report
+    services.crash_point("after_claim")
     loaded = {(name, version) for name, version, _ in services.engine.loaded()}
     with services.store.transaction(readonly=True) as tx:
         active = {name: tx.definitions.active(name) for name in {c.workflow for c in claims}}
@@ -71,9 +72,12 @@ def dispatch_due(services: Services, runner_id: str, page_size: int) -> Dispatch
     except EngineUnavailable:
         _release(services, claims)
         raise
+    services.crash_point("after_engine_start")
     recorded_at = services.clock.now()
     with services.store.transaction() as tx:
         _record(services, tx, decisions, recorded_at, report)
+        services.crash_point("during_record")
+    services.crash_point("after_record")
     recorded = set(report.dispatched)
     services.engine.on_recorded([d.order for d in ready if d.claim.id in recorded])
     _emit(services, decisions, report, recorded_at)

@@ -138,6 +138,8 @@ class LocalWorker:
         work = execution.claim_runs(
             self._services, self.id, self._options.task_queues, self._loaded, free
         )
+        if work:
+            self._services.crash_point("after_run_claim")
         for item in work:
             run = item.run
             with self._lock:
