@@ -26,6 +26,7 @@ from punctual.adapters.http.edge import Edge, error_body, error_status
 from punctual.adapters.observability import EventHub, Metrics
 from punctual.adapters.quota import LocalQuota, NoQuota, PostgresQuota
 from punctual.adapters.stores.sql import migrate
+from punctual.adapters.stores.sql.listener import DUE_CHANNEL, RUNS_CHANNEL, PgListener
 from punctual.adapters.stores.sql.store import SqlStore, SqlTx
 from punctual.errors import ConfigurationError
 from punctual.ports.clock import Clock
@@ -63,6 +64,7 @@ def host_policy(settings: Settings) -> HostPolicy:
         worker_liveness_seconds=settings.worker.liveness_seconds,
         pending_timeout_seconds=settings.worker.pending_timeout_seconds,
         max_execution_timeout_seconds=settings.worker.max_execution_timeout_seconds,
+        wake_horizon_seconds=settings.runner.max_idle_seconds,
     )
 
 
@@ -152,6 +154,19 @@ class Punctual:
     due_doorbell: Doorbell
     runner: Runner | None = None
     workers: list[LocalWorker] = field(default_factory=list)
+    listener: PgListener | None = None
+
+    def _listen(self) -> None:
+        """On PostgreSQL, wake this process's runner and workers on other processes' commits."""
+        if self.listener is not None or self.store.dialect != "postgresql":
+            return
+        dsn = self.store.engine.url.set(drivername="postgresql").render_as_string(
+            hide_password=False
+        )
+        self.listener = PgListener(
+            dsn, {DUE_CHANNEL: self.due_doorbell.ring, RUNS_CHANNEL: self.engine.doorbell.ring}
+        )
+        self.listener.start()
 
     def http_app(self) -> FastAPI:
         edge = Edge(self.services, self.mutations)
@@ -163,6 +178,7 @@ class Punctual:
             max_idle_seconds=self.settings.runner.max_idle_seconds,
         )
         self.runner = Runner(self.services, options, self.due_doorbell)
+        self._listen()
         self.runner.start()
         return self.runner
 
@@ -180,6 +196,7 @@ class Punctual:
             heartbeat_seconds=self.settings.worker.heartbeat_seconds,
         )
         worker = LocalWorker(self.services, app, options, self.engine.doorbell)
+        self._listen()
         worker.start()
         self.workers.append(worker)
         return worker
@@ -189,6 +206,8 @@ class Punctual:
             self.runner.stop()
         for worker in self.workers:
             worker.stop()
+        if self.listener is not None:
+            self.listener.stop()
         self.mutations.close()
         self.store.dispose()
 

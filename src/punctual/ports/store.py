@@ -146,6 +146,9 @@ class Starts(Protocol):
     def insert(self, new: NewStart, now: datetime) -> ScheduledStart:
         """A new start is ``scheduled`` at version 1, due at its ``start_at``."""
 
+    def notify_due(self) -> None:
+        """Wake runners in other processes once this transaction commits."""
+
     def get(self, tenant: str, start_id: str, *, lock: bool = False) -> ScheduledStart | None:
         """``lock`` holds the row until commit (waits at most the transaction's lock timeout)."""
 
@@ -180,7 +183,8 @@ class Starts(Protocol):
 
 class Runs(Protocol):
     def insert_new(self, runs: Sequence[NewRun], now: datetime) -> int:
-        """Create runs; an existing run id must be left untouched (WF-6)."""
+        """Create runs; an existing run id must be left untouched (WF-6). Workers in other
+        processes are woken once the transaction commits."""
 
     def get(self, tenant: str, run_id: str) -> Run | None: ...
 

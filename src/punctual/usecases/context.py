@@ -41,6 +41,8 @@ class HostPolicy:
     pending_timeout_seconds: float = 3600.0
     max_execution_timeout_seconds: float = 86400.0
     max_run_attempts: int = 10
+    wake_horizon_seconds: float = 1.0
+    """Runners re-read the next due time at least this often; sooner work wakes them."""
 
 
 class NullEvents:

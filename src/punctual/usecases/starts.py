@@ -136,9 +136,16 @@ def create(services: Services, principal: Principal, cmd: CreateStart) -> Mutati
             ),
             now,
         )
+        _wake_if_due_soon(services, tx, cmd.start_at, now)
         return Outcome(201, start_view(start), resource_id=start_id)
 
     return mutation
+
+
+def _wake_if_due_soon(services: Services, tx: Tx, due_at: datetime, now: datetime) -> None:
+    """Runners look again within the horizon anyway; only sooner work needs a wake-up."""
+    if (due_at - now).total_seconds() < services.policy.wake_horizon_seconds:
+        tx.starts.notify_due()
 
 
 def _load(tx: Tx, principal: Principal, start_id: str) -> ScheduledStart:
@@ -160,8 +167,6 @@ def _changed(tx: Tx, start: ScheduledStart, now: datetime, **changes: Any) -> Sc
 
 
 def reschedule(services: Services, principal: Principal, cmd: RescheduleStart) -> Mutation:
-    del services
-
     def mutation(tx: Tx, now: datetime) -> Outcome:
         start = _load(tx, principal, cmd.start_id)
         validate_new_start_at(cmd.start_at, cmd.time_zone, now)
@@ -176,6 +181,7 @@ def reschedule(services: Services, principal: Principal, cmd: RescheduleStart) -
             due_at=cmd.start_at,
             next_attempt_at=None,
         )
+        _wake_if_due_soon(services, tx, cmd.start_at, now)
         return Outcome(200, start_view(updated), resource_id=start.id)
 
     return mutation

@@ -117,3 +117,10 @@ def is_lock_timeout(error: sa.exc.DBAPIError) -> bool:
     if type(error.orig).__module__.startswith("sqlite3"):
         return "database is locked" in str(error.orig)
     return type(error.orig).__name__ == "LockNotAvailable"
+
+
+def notify(conn: sa.Connection, channel: str) -> None:
+    """Wake listeners in other processes when this transaction commits (PostgreSQL only;
+    SQLite serves one machine and its processes poll)."""
+    if conn.dialect.name == "postgresql":
+        conn.exec_driver_sql(f"NOTIFY {channel}")

@@ -9,7 +9,8 @@ from typing import Any
 import sqlalchemy as sa
 
 from punctual.adapters.stores.sql import tables as t
-from punctual.adapters.stores.sql.dialects import claimable, insert_ignore
+from punctual.adapters.stores.sql.dialects import claimable, insert_ignore, notify
+from punctual.adapters.stores.sql.listener import RUNS_CHANNEL
 from punctual.adapters.stores.sql.rows import run_from_row
 from punctual.domain.runs import Run, RunState
 from punctual.ports.records import ClaimedRun, EncryptedInput, NewRun, RunFilter, RunFlags
@@ -47,7 +48,10 @@ class SqlRuns:
             }
             for run in runs
         ]
-        return insert_ignore(self._conn, t.runs, rows, ["id"])
+        inserted = insert_ignore(self._conn, t.runs, rows, ["id"])
+        if inserted:
+            notify(self._conn, RUNS_CHANNEL)
+        return inserted
 
     def get(self, tenant: str, run_id: str) -> Run | None:
         row = (

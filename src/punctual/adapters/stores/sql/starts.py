@@ -8,7 +8,8 @@ from typing import Any
 import sqlalchemy as sa
 
 from punctual.adapters.stores.sql import tables as t
-from punctual.adapters.stores.sql.dialects import claimable, for_update
+from punctual.adapters.stores.sql.dialects import claimable, for_update, notify
+from punctual.adapters.stores.sql.listener import DUE_CHANNEL
 from punctual.adapters.stores.sql.rows import last_error_to_json, start_from_row
 from punctual.domain.starts import LastError, ScheduledStart, StartState
 from punctual.ports.records import ClaimedStart, EncryptedInput, NewStart, StartFilter
@@ -48,6 +49,9 @@ class SqlStarts:
         row.update(reason=None)
         row.update(definition_version=None, artifact=None)
         return start_from_row(row)  # type: ignore[arg-type]
+
+    def notify_due(self) -> None:
+        notify(self._conn, DUE_CHANNEL)
 
     def get(self, tenant: str, start_id: str, *, lock: bool = False) -> ScheduledStart | None:
         query = sa.select(t.starts).where(_s.tenant == tenant, _s.id == start_id)

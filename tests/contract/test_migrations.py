@@ -1,0 +1,201 @@
+"""Schema drift and the startup schema check (STYLE item 10).
+
+``tables.metadata`` is the one schema source: ``alembic upgrade head`` on an empty SQLite
+file and on an empty PostgreSQL database must produce exactly it. Each PostgreSQL test
+creates its own throwaway database on the server of ``tests.conftest`` and drops it.
+"""
+
+from __future__ import annotations
+
+import os
+import secrets
+import shutil
+from collections.abc import Iterator
+from contextlib import contextmanager
+from pathlib import Path
+from typing import Any
+
+import psycopg
+import pytest
+import sqlalchemy as sa
+from alembic.autogenerate import compare_metadata
+from alembic.runtime.migration import MigrationContext
+
+from punctual.adapters.stores.sql import migrate
+from punctual.adapters.stores.sql.store import SqlStore
+from punctual.adapters.stores.sql.tables import metadata
+from punctual.errors import ConfigurationError
+from tests.conftest import IN_CI, PG_SERVER, _pg_reachable
+
+NEXT_REVISION = '''"""a later release's migration (test only)"""
+
+revision = "{revision}"
+down_revision = "{down_revision}"
+branch_labels = None
+depends_on = None
+
+
+def upgrade() -> None:
+    pass
+
+
+def downgrade() -> None:
+    pass
+'''
+
+
+def _require_postgres() -> None:
+    problem = _pg_reachable()
+    if problem is not None:
+        if IN_CI:
+            pytest.fail(f"PostgreSQL is required in CI but unreachable at {PG_SERVER}: {problem}")
+        pytest.skip(f"PostgreSQL unreachable at {PG_SERVER}: {problem}")
+
+
+@contextmanager
+def _fresh_database(kind: str, directory: Path) -> Iterator[str]:
+    """A database with nothing in it: a new SQLite file or a new PostgreSQL database."""
+    if kind == "sqlite":
+        yield f"sqlite:///{directory / f'{secrets.token_hex(3)}.db'}"
+        return
+    _require_postgres()
+    name = f"punctual_migrate_{os.getpid()}_{secrets.token_hex(3)}"
+    with psycopg.connect(PG_SERVER, autocommit=True) as conn:
+        conn.execute(f'CREATE DATABASE "{name}"')
+    try:
+        yield sa.engine.make_url(PG_SERVER).set(database=name).render_as_string(False)
+    finally:
+        with psycopg.connect(PG_SERVER, autocommit=True) as conn:
+            conn.execute(f'DROP DATABASE IF EXISTS "{name}" WITH (FORCE)')
+
+
+@pytest.fixture(params=["sqlite", pytest.param("postgres", marks=pytest.mark.postgres)])
+def database_kind(request: pytest.FixtureRequest) -> str:
+    kind: str = request.param
+    return kind
+
+
+@pytest.fixture
+def empty_url(database_kind: str, tmp_path: Path) -> Iterator[str]:
+    with _fresh_database(database_kind, tmp_path) as url:
+        yield url
+
+
+@pytest.fixture
+def empty_store(empty_url: str) -> Iterator[SqlStore]:
+    store = SqlStore(empty_url)
+    yield store
+    store.dispose()
+
+
+def _differences(store: SqlStore) -> list[Any]:
+    with store.engine.connect() as conn:
+        # Types and server defaults are compared too: nothing is ignored.
+        context = MigrationContext.configure(
+            conn, opts={"compare_type": True, "compare_server_default": True}
+        )
+        return list(compare_metadata(context, metadata))
+
+
+def test_upgrade_head_on_an_empty_database_matches_the_metadata(empty_store: SqlStore) -> None:
+    before, after = migrate.upgrade(empty_store)
+    assert (before, after) == (None, migrate.head_revision())
+    assert migrate.current_revision(empty_store) == migrate.head_revision()
+    assert _differences(empty_store) == []
+
+
+def _index_definitions(store: SqlStore) -> dict[str, str]:
+    """Every index as the database itself spells it, predicate included.
+
+    Alembic's own ``alembic_version`` table is not part of the metadata, so it is left out.
+    """
+    if store.dialect == "sqlite":
+        query = (
+            "SELECT name, sql FROM sqlite_master WHERE type = 'index' AND sql IS NOT NULL"
+            " AND tbl_name != 'alembic_version'"
+        )
+    else:
+        query = (
+            "SELECT indexname, indexdef FROM pg_indexes WHERE schemaname = current_schema()"
+            " AND tablename != 'alembic_version'"
+        )
+    with store.engine.connect() as conn:
+        return {name: ddl for name, ddl in conn.exec_driver_sql(query).all()}
+
+
+def test_upgrade_head_builds_the_same_indexes_as_the_metadata(
+    empty_store: SqlStore, database_kind: str, tmp_path: Path
+) -> None:
+    # compare_metadata does not compare a partial index's WHERE clause (ix_starts_due,
+    # ix_runs_pending and ix_runs_active are partial), so compare the database's own DDL
+    # of a migrated database with that of one built by metadata.create_all.
+    migrate.upgrade(empty_store)
+    with _fresh_database(database_kind, tmp_path) as url:
+        reference = SqlStore(url)
+        try:
+            metadata.create_all(reference.engine)
+            expected = _index_definitions(reference)
+        finally:
+            reference.dispose()
+    assert {"ix_starts_due", "ix_runs_pending", "ix_runs_active"} <= set(expected)
+    assert _index_definitions(empty_store) == expected
+
+
+def test_upgrade_is_a_no_op_at_head(empty_store: SqlStore) -> None:
+    migrate.upgrade(empty_store)
+    head = migrate.head_revision()
+    assert migrate.upgrade(empty_store) == (head, head)
+    assert _differences(empty_store) == []
+
+
+def test_an_empty_database_differs_from_the_metadata(empty_store: SqlStore) -> None:
+    # The drift check itself must be able to fail: on an empty database every table is missing.
+    missing = {diff[1].name for diff in _differences(empty_store) if diff[0] == "add_table"}
+    assert missing == set(metadata.tables)
+
+
+def test_check_current_refuses_an_empty_database(empty_store: SqlStore) -> None:
+    assert migrate.is_empty(empty_store)
+    with pytest.raises(ConfigurationError, match="punctual db upgrade"):
+        migrate.check_current(empty_store)
+
+
+def test_check_current_passes_at_head(empty_store: SqlStore) -> None:
+    migrate.upgrade(empty_store)
+    assert not migrate.is_empty(empty_store)
+    migrate.check_current(empty_store)
+
+
+def test_check_current_refuses_a_schema_older_than_the_code(
+    empty_store: SqlStore, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    # Honest simulation of an upgrade: the database is migrated by this release (head H),
+    # then the next release ships one more migration after H. Its check must refuse H and
+    # name the command, and pass once that command ran.
+    migrate.upgrade(empty_store)
+    old_head = migrate.head_revision()
+    later = tmp_path / "migrations"
+    shutil.copytree(migrate.MIGRATIONS, later, ignore=shutil.ignore_patterns("__pycache__"))
+    (later / "versions" / "9999_next_release.py").write_text(
+        NEXT_REVISION.format(revision="9999", down_revision=old_head)
+    )
+    monkeypatch.setattr(migrate, "MIGRATIONS", later)
+    assert migrate.head_revision() == "9999"
+
+    with pytest.raises(ConfigurationError, match="punctual db upgrade") as raised:
+        migrate.check_current(empty_store)
+    assert old_head in str(raised.value)
+    assert "older" in str(raised.value)
+
+    assert migrate.upgrade(empty_store) == (old_head, "9999")
+    migrate.check_current(empty_store)
+
+
+def test_check_current_refuses_a_schema_newer_than_the_code(empty_store: SqlStore) -> None:
+    # A database migrated by a later release: its revision is unknown to this code.
+    migrate.upgrade(empty_store)
+    with empty_store.engine.begin() as conn:
+        conn.execute(sa.text("UPDATE alembic_version SET version_num = 'from_the_future'"))
+    with pytest.raises(ConfigurationError, match="newer") as raised:
+        migrate.check_current(empty_store)
+    assert "from_the_future" in str(raised.value)
