@@ -221,9 +221,18 @@ def build(
 ) -> Punctual:
     check_profile(settings)
     store = SqlStore(settings.database_url)
+    try:
+        return _assemble(settings, store, clock or SystemClock(), rng or random.Random(), prepare)
+    except BaseException:
+        store.dispose()  # a refused start must not leave connections open
+        raise
+
+
+def _assemble(
+    settings: Settings, store: SqlStore, clock: Clock, rng: random.Random, prepare: bool
+) -> Punctual:
     if prepare:
         prepare_schema(settings, store)
-    clock = clock or SystemClock()
     codec = build_codec(settings)
     engine = LocalEngine(store, clock, settings.worker.liveness_seconds)
     metrics = Metrics()
@@ -237,7 +246,7 @@ def build(
         policy=host_policy(settings),
         quota=build_quota(settings, store),
         events=events,
-        rng=rng or random.Random(),
+        rng=rng,
         on_due_change=due.ring,
         crash_point=CrashPoints(os.environ.get("PUNCTUAL_CRASH_AT", "")),
     )

@@ -6,10 +6,19 @@ startup, and an error names the key. Only the composition root reads settings.
 
 from __future__ import annotations
 
+import tomllib
 from pathlib import Path
 from typing import Any, Literal
 
-from pydantic import BaseModel, ConfigDict, Field, SecretStr, ValidationError, model_validator
+from pydantic import (
+    BaseModel,
+    ConfigDict,
+    Field,
+    SecretStr,
+    ValidationError,
+    field_validator,
+    model_validator,
+)
 from pydantic_settings import (
     BaseSettings,
     PydanticBaseSettingsSource,
@@ -113,6 +122,14 @@ class Settings(BaseSettings):
     temporal: TemporalSettings = Field(default_factory=TemporalSettings)
     retention: RetentionSettings = Field(default_factory=RetentionSettings)
 
+    @field_validator("workload_classes", mode="before")
+    @classmethod
+    def _merge_classes(cls, value: Any) -> Any:
+        """A file's classes add to or replace the built-in ones by name; the others stay."""
+        if isinstance(value, dict):
+            return {**{k: v.model_dump() for k, v in _default_classes().items()}, **value}
+        return value
+
     @model_validator(mode="after")
     def _consistent(self) -> Settings:
         for name, overrides in self.tenants.items():
@@ -159,6 +176,10 @@ def load_settings(config_file: str | Path | None = None, **cli: Any) -> Settings
         )
     try:
         return settings_cls(**{k: v for k, v in cli.items() if v is not None})
+    except tomllib.TOMLDecodeError as exc:
+        raise ConfigurationError(
+            f"configuration file {config_file} is not valid TOML: {exc}"
+        ) from exc
     except ValidationError as exc:
         problems = "; ".join(
             f"{'.'.join(str(p) for p in err['loc']) or '(top level)'}: {err['msg']}"

@@ -117,6 +117,9 @@ def serve(
         if "api" in wanted:
             import uvicorn
 
+            # uvicorn re-raises SIGTERM after its own shutdown; exit normally instead, so
+            # the runner and workers below are stopped and recorded as stopped.
+            signal.signal(signal.SIGTERM, lambda *_: sys.exit(0))
             typer.echo(f"punctual is serving on http://{host}:{port}")
             uvicorn.run(system.http_app(), host=host, port=port, log_level="warning")
         else:

@@ -84,7 +84,7 @@ def canonical_body(raw: bytes) -> str:
         return ""
     try:
         return json.dumps(json.loads(raw), sort_keys=True, separators=(",", ":"))
-    except ValueError:
+    except (ValueError, RecursionError):
         return "raw:" + hashlib.sha256(raw).hexdigest()
 
 
@@ -103,9 +103,10 @@ def fingerprint(request: Request, raw_body: bytes) -> str:
 def parse_body(raw: bytes, model: type[M], *, host_owned_check: bool = False) -> M:
     try:
         data = json.loads(raw) if raw.strip() else None
-    except ValueError as exc:
+    except (ValueError, RecursionError) as exc:
+        reason = "it is nested too deeply" if isinstance(exc, RecursionError) else str(exc)
         raise InvalidRequest(
-            f"the body is not valid JSON: {exc}",
+            f"the body is not valid JSON: {reason}",
             errors=[{"loc": ["body"], "msg": "malformed JSON", "type": "json_invalid"}],
         ) from exc
     if not isinstance(data, dict):
