@@ -24,7 +24,7 @@ from punctual.domain.permissions import Principal, Role
 from punctual.domain.runs import DefinitionState
 from punctual.errors import ConfigurationError, PunctualError
 from punctual.settings import Settings, load_settings
-from punctual.usecases import definitions, health, identity, starts
+from punctual.usecases import definitions, health, identity, schedules, starts
 
 app = typer.Typer(
     name="punctual",
@@ -36,10 +36,12 @@ db_app = typer.Typer(help="Database schema.", no_args_is_help=True)
 tokens_app = typer.Typer(help="Bearer tokens.", no_args_is_help=True)
 definitions_app = typer.Typer(help="Host-global workflow definitions.", no_args_is_help=True)
 starts_app = typer.Typer(help="Scheduled starts.", no_args_is_help=True)
+schedules_app = typer.Typer(help="Recurring schedules.", no_args_is_help=True)
 app.add_typer(db_app, name="db")
 app.add_typer(tokens_app, name="tokens")
 app.add_typer(definitions_app, name="definitions")
 app.add_typer(starts_app, name="starts")
+app.add_typer(schedules_app, name="schedules")
 
 ConfigOpt = Annotated[str | None, typer.Option("--config", help="TOML configuration file.")]
 DbOpt = Annotated[
@@ -340,6 +342,68 @@ def starts_get(
         finally:
             system.close()
     typer.echo(json.dumps(start, indent=2))
+
+
+@schedules_app.command("list")
+def schedules_list(
+    tenant: Annotated[str, typer.Option(help="Tenant.")] = "default",
+    limit: Annotated[int, typer.Option(help="At most this many (1-100).")] = 50,
+    as_json: JsonOpt = False,
+    config: ConfigOpt = None,
+    database_url: DbOpt = None,
+) -> None:
+    """List a tenant's schedules with their next fire times."""
+    with _handled():
+        system = _definitions_system(config, database_url)
+        try:
+            result = schedules.list_schedules(system.services, _operator(tenant), limit, None)
+        finally:
+            system.close()
+    lines = [
+        f"{s['id']}  {'enabled ' if s['enabled'] else 'paused  '} {s['name']:<24} "
+        f"next: {(s['next_fire_times'] or ['-'])[0]}  last: {s['last_status'] or '-'}"
+        for s in result["items"]
+    ]
+    _emit(result, as_json, "\n".join(lines) or "no schedules")
+
+
+def _toggle_schedule(
+    schedule_id: str, enabled: bool, tenant: str, config: str | None, database_url: str | None
+) -> None:
+    with _handled():
+        system = _definitions_system(config, database_url)
+        try:
+            operator = _operator(tenant)
+            current = schedules.get(system.services, operator, schedule_id)
+            mutation = schedules.set_enabled(
+                system.services, operator, schedule_id, current["version"], enabled
+            )
+            updated = system.mutations.run(None, mutation).body
+        finally:
+            system.close()
+    typer.echo(f"{updated['name']} is {'enabled' if updated['enabled'] else 'paused'}")
+
+
+@schedules_app.command("pause")
+def schedules_pause(
+    schedule_id: str,
+    tenant: Annotated[str, typer.Option(help="Tenant.")] = "default",
+    config: ConfigOpt = None,
+    database_url: DbOpt = None,
+) -> None:
+    """Stop generating occurrences (queued ones still run); the cursor is kept."""
+    _toggle_schedule(schedule_id, False, tenant, config, database_url)
+
+
+@schedules_app.command("resume")
+def schedules_resume(
+    schedule_id: str,
+    tenant: Annotated[str, typer.Option(help="Tenant.")] = "default",
+    config: ConfigOpt = None,
+    database_url: DbOpt = None,
+) -> None:
+    """Generate again; what was missed while paused follows the schedule's missed policy."""
+    _toggle_schedule(schedule_id, True, tenant, config, database_url)
 
 
 @app.command("health")

@@ -22,6 +22,8 @@ HOST_OWNED_FIELDS = ("task_queue", "priority", "scope", "temporal_workflow_id", 
 class StartState(StrEnum):
     SCHEDULED = "scheduled"
     """Waiting for its due time (or its next attempt after a retryable failure)."""
+    BUFFERED = "buffered"
+    """An occurrence waiting for its schedule's previous run to end (overlap buffer_one)."""
     DISPATCHING = "dispatching"
     """Claimed by a runner under a lease; the run is being started."""
     DISPATCHED = "dispatched"
@@ -30,9 +32,13 @@ class StartState(StrEnum):
     """Dispatch failed for good; never retried automatically. Terminal."""
     CANCELED = "canceled"
     """Canceled before dispatch. Terminal."""
+    SKIPPED = "skipped"
+    """An occurrence that was decided not to run (overlap, missed, DST). Terminal."""
 
 
-TERMINAL_STATES = frozenset({StartState.DISPATCHED, StartState.FAILED, StartState.CANCELED})
+TERMINAL_STATES = frozenset(
+    {StartState.DISPATCHED, StartState.FAILED, StartState.CANCELED, StartState.SKIPPED}
+)
 PENDING_STATES = frozenset({StartState.SCHEDULED, StartState.DISPATCHING})
 
 
@@ -75,6 +81,14 @@ class ScheduledStart:
     run_id: str
     dispatch: DispatchRecord | None = None
     reason: str | None = None
+    schedule_id: str | None = None
+    """Set for occurrences of a schedule; None for one-off starts."""
+    occurrence_at: datetime | None = None
+    nominal: str | None = None
+    dst_adjustment: str | None = None
+    revision: int | None = None
+    range_last: datetime | None = None
+    range_count: int | None = None
     origin: dict[str, Any] = field(default_factory=dict)
 
     @property
@@ -120,13 +134,14 @@ def _offset(delta: timedelta | None) -> str:
 def check_mutable(start: ScheduledStart, expected_version: int) -> None:
     """Before reschedule or cancel: state first, then version (OS-5, OS-8)."""
     if start.state in (StartState.DISPATCHING, StartState.DISPATCHED):
+        kind = "occurrence" if start.schedule_id else "start"
         raise Conflict(
-            f"start {start.id} is already {start.state.value}; act on run {start.run_id} "
+            f"{kind} {start.id} is already {start.state.value}; act on run {start.run_id} "
             "instead (cancel or terminate it)",
             code="already_dispatched",
             run_id=start.run_id,
         )
-    if start.state is not StartState.SCHEDULED:
+    if start.state not in (StartState.SCHEDULED, StartState.BUFFERED):
         raise Conflict(
             f"start {start.id} is {start.state.value} and can no longer change",
             code="invalid_state",

@@ -6,6 +6,9 @@ from dataclasses import dataclass, field
 from datetime import datetime
 from typing import Any
 
+from punctual.domain.recurrence import RecurrenceSpec
+from punctual.domain.schedules import SchedulePolicy, VersionPolicy
+
 
 @dataclass(frozen=True)
 class TokenRecord:
@@ -68,6 +71,8 @@ class ClaimedStart:
     version: int
     attempts: int
     origin: dict[str, Any] = field(default_factory=dict)
+    schedule_id: str | None = None
+    due_at: datetime | None = None
 
 
 @dataclass(frozen=True)
@@ -145,3 +150,46 @@ class RunFilter:
     workflow: str | None = None
     state: str | None = None
     origin_id: str | None = None
+
+
+@dataclass(frozen=True)
+class NewSchedule:
+    id: str
+    tenant: str
+    name: str
+    workflow: str
+    input: EncryptedInput
+    spec: RecurrenceSpec
+    policy: SchedulePolicy
+    enabled: bool
+    version_policy: VersionPolicy
+    pinned_version: str | None
+    workload_class: str
+    regression: dict[str, Any] | None
+    created_by: str
+    cursor: datetime
+    next_fire_at: datetime | None
+
+
+@dataclass(frozen=True)
+class NewOccurrence:
+    """An occurrence to insert: a start of a schedule, or a record of a decision not to."""
+
+    id: str
+    tenant: str
+    schedule_id: str
+    revision: int
+    workflow: str
+    workload_class: str
+    input: EncryptedInput
+    created_by: str
+    business_request_id: str
+    occurrence_at: datetime
+    due_at: datetime
+    nominal: str | None
+    dst_adjustment: str | None
+    run_id: str
+    state: str = "scheduled"
+    reason: str | None = None
+    range_last: datetime | None = None
+    range_count: int | None = None

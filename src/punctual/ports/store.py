@@ -14,13 +14,17 @@ from typing import Any, Protocol
 
 from punctual.domain.permissions import Principal, Role
 from punctual.domain.runs import Definition, DefinitionState, Run, RunState
+from punctual.domain.schedules import Schedule
 from punctual.domain.starts import ScheduledStart, StartState
 from punctual.ports.records import (
     ClaimedRun,
     ClaimedStart,
+    EncryptedInput,
     Finding,
     IdempotencyRecord,
+    NewOccurrence,
     NewRun,
+    NewSchedule,
     NewStart,
     RunFilter,
     RunFlags,
@@ -180,6 +184,29 @@ class Starts(Protocol):
 
     def earliest_due(self) -> datetime | None: ...
 
+    def insert_occurrences(self, occurrences: Sequence[NewOccurrence], now: datetime) -> int:
+        """Insert occurrences; an existing (schedule, occurrence_at) must be kept as it is."""
+
+    def get_occurrence(
+        self, tenant: str, schedule_id: str, occurrence_id: str, *, lock: bool = False
+    ) -> ScheduledStart | None: ...
+
+    def find_occurrences(
+        self, schedule_id: str, state: str | None, after_seq: int, limit: int
+    ) -> list[tuple[int, ScheduledStart]]: ...
+
+    def cancel_unstarted(self, schedule_id: str, reason: str, now: datetime) -> int:
+        """Cancel the schedule's scheduled and buffered occurrences, with ``reason``."""
+
+    def buffered_of(self, schedule_id: str) -> int: ...
+
+    def release_buffered(self, now: datetime) -> int:
+        """Buffered occurrences whose schedule has no unfinished run become due now."""
+
+    def occurrence_counts(self, tenant: str) -> dict[str, dict[str, int]]:
+        """Per schedule id: ``skipped_count``, ``missed_count`` (ranges counted in full)
+        and ``failed_count``."""
+
 
 class Runs(Protocol):
     def insert_new(self, runs: Sequence[NewRun], now: datetime) -> int:
@@ -194,6 +221,9 @@ class Runs(Protocol):
 
     def count_unfinished(self, workflow: str, version: str) -> int:
         """Runs of that version that are pending or running, across all tenants."""
+
+    def count_active_of_schedule(self, schedule_id: str) -> int:
+        """The schedule's runs that are not terminal yet (pending or running)."""
 
     def request_cancel(self, tenant: str, run_id: str, now: datetime) -> None:
         """An unclaimed pending run ends ``canceled``; an active one is flagged."""
@@ -235,7 +265,46 @@ class Runs(Protocol):
     def release_lost(self, now: datetime, max_attempts: int) -> tuple[int, int]:
         """Runs whose lease expired: requeue as a new attempt, fail after ``max_attempts``."""
 
-    def time_out_pending(self, created_before: datetime, now: datetime, timeout: float) -> int: ...
+    def time_out_pending(self, queued_before: datetime, now: datetime, timeout: float) -> int:
+        """Pending runs queued (created, or requeued after a lost worker) before the cutoff
+        end ``timed_out``."""
+
+
+class Schedules(Protocol):
+    def insert(self, new: NewSchedule, now: datetime) -> Schedule:
+        """A new schedule is at version 1, revision 1."""
+
+    def get(
+        self, tenant: str, schedule_id: str, *, lock: bool = False, deleted: bool = False
+    ) -> Schedule | None:
+        """A live schedule (``deleted=True`` also finds deleted ones, for their history)."""
+
+    def name_taken(self, tenant: str, name: str, other_than: str | None = None) -> bool: ...
+
+    def count_live(self, tenant: str) -> int: ...
+
+    def find(self, tenant: str, after_seq: int, limit: int) -> list[tuple[int, Schedule]]: ...
+
+    def by_creator(self, tenant: str, subject: str) -> list[Schedule]: ...
+
+    def input_of(self, schedule_id: str) -> EncryptedInput: ...
+
+    def compare_and_set(
+        self, schedule_id: str, expected_version: int, now: datetime, **changes: Any
+    ) -> bool:
+        """User mutations and auto-disable: apply and bump ``version`` at the expected one."""
+
+    def record(self, schedule_id: str, **bookkeeping: Any) -> None:
+        """Runner bookkeeping; must never change ``version`` (RS-6)."""
+
+    def claim_due_for_generation(self, horizon: datetime, limit: int) -> list[Schedule]:
+        """Lock enabled schedules due by ``horizon`` until commit; concurrent passes must
+        skip locked ones (the schedule lock of RS-5)."""
+
+    def earliest_generation(self) -> datetime | None: ...
+
+    def lock_for_dispatch(self, schedule_id: str) -> Schedule | None:
+        """Hold the schedule row until commit, deleted or not (overlap decisions, RS-3)."""
 
 
 class Findings(Protocol):
@@ -270,6 +339,8 @@ class Tx(Protocol):
     def runs(self) -> Runs: ...
     @property
     def findings(self) -> Findings: ...
+    @property
+    def schedules(self) -> Schedules: ...
 
 
 class Store(Protocol):

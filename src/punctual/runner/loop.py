@@ -19,6 +19,7 @@ from punctual.usecases import execution
 from punctual.usecases.context import Services
 from punctual.usecases.dispatch import dispatch_due
 from punctual.usecases.doorbell import Doorbell
+from punctual.usecases.generation import LOOKAHEAD, generate
 
 log = logging.getLogger("punctual.runner")
 
@@ -62,10 +63,14 @@ class Runner:
         log.info("event=runner_stopped runner=%s", self.id)
 
     def run_once(self) -> int:
-        """One dispatch pass; the number of starts claimed."""
+        """One generation pass, one release of buffered occurrences whose previous run
+        ended, one dispatch pass; the number of items handled (0 when idle)."""
+        generated = generate(self._services, self._options.page_size).generated
+        with self._services.store.transaction() as tx:
+            released = tx.starts.release_buffered(self._services.clock.now())
         report = dispatch_due(self._services, self.id, self._options.page_size)
         self.status.passes += 1
-        return report.claimed
+        return max(report.claimed, generated, released)
 
     def _loop(self) -> None:
         outage_backoff = 0.0
@@ -95,13 +100,22 @@ class Runner:
                 continue
             if claimed >= self._options.page_size:
                 continue  # a full page: more is probably due right now
-            self._doorbell.wait(self._sleep_seconds())
+            try:
+                pause = self._sleep_seconds()
+            except Unavailable:
+                pause = self._options.max_idle_seconds
+            self._doorbell.wait(pause)
 
     def _sleep_seconds(self) -> float:
         services = self._services
         with services.store.transaction(readonly=True) as tx:
             due = tx.starts.earliest_due()
+            generation = tx.schedules.earliest_generation()
+        candidates = [due] if due is not None else []
+        if generation is not None:
+            candidates.append(generation - LOOKAHEAD)
         longest = self._options.max_idle_seconds
-        if due is None:
+        if not candidates:
             return longest
-        return max(0.0, min(longest, (due - services.clock.now()).total_seconds()))
+        wait = (min(candidates) - services.clock.now()).total_seconds()
+        return max(0.0, min(longest, wait))

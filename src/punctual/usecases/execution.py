@@ -52,6 +52,10 @@ def finish_run(
     now = services.clock.now()
     with services.store.transaction() as tx:
         recorded = tx.runs.finish(run.id, worker_id, run.attempt, state, result, error, now)
+        schedule_id = run.origin.get("schedule_id")
+        if recorded and schedule_id:
+            # Follow-through bookkeeping (CR-4); never a version change (RS-6).
+            tx.schedules.record(schedule_id, last_status=state.value)
     if recorded:
         services.events.emit(
             Event(f"run.{state.value}", run.tenant, run.id, {"attempt": run.attempt})
@@ -93,6 +97,7 @@ def reap(services: Services) -> ReapReport:
     pending_cutoff = now - timedelta(seconds=policy.pending_timeout_seconds)
     with services.store.transaction() as tx:
         requeued, failed = tx.runs.release_lost(now, policy.max_run_attempts)
+        tx.starts.release_buffered(now)
         timed_out = tx.runs.time_out_pending(pending_cutoff, now, policy.pending_timeout_seconds)
         tx.definitions.prune_workers(now - timedelta(days=1))
     return ReapReport(requeued, failed, timed_out)

@@ -16,6 +16,8 @@ from punctual.usecases.idempotency import Mutation, Outcome
 from punctual.usecases.projections import finding_view, start_view, ts
 
 FAILED_LIST_LIMIT = 100
+SCHEDULE_LIST_LIMIT = 1000
+_NO_COUNTS = {"skipped_count": 0, "missed_count": 0, "failed_count": 0}
 STALL_GRACE = timedelta(seconds=60)
 
 
@@ -31,6 +33,8 @@ def report(services: Services, principal: Principal) -> dict[str, Any]:
         )
         stalled = tx.starts.stalled(principal.tenant, now - STALL_GRACE, FAILED_LIST_LIMIT)
         workers = tx.definitions.live_workers(since)
+        counts = tx.starts.occurrence_counts(principal.tenant)
+        live = tx.schedules.find(principal.tenant, 0, SCHEDULE_LIST_LIMIT)
     open_failures = [f for f in findings if f.severity == "error" and f.acknowledged_at is None]
     degraded = bool(open_failures) or not engine_up or bool(stalled)
     return {
@@ -42,7 +46,16 @@ def report(services: Services, principal: Principal) -> dict[str, Any]:
             "stalled_count": len(stalled),
             "stalled": stalled,
         },
-        "schedules": [],
+        "schedules": [
+            {
+                "id": schedule.id,
+                "name": schedule.name,
+                "enabled": schedule.enabled,
+                "last_status": schedule.last_status,
+                **counts.get(schedule.id, _NO_COUNTS),
+            }
+            for _, schedule in live
+        ],
         "engine": {"name": services.engine.name, "available": engine_up},
         "workers": [
             {

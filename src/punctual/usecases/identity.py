@@ -11,6 +11,7 @@ from typing import Any
 
 from punctual.domain.ids import new_id
 from punctual.domain.permissions import Action, Principal, Role, require
+from punctual.domain.schedules import auto_disabled_status
 from punctual.errors import InvalidRequest, Unauthenticated, not_found
 from punctual.ports.store import Tx
 from punctual.usecases.context import Services
@@ -123,7 +124,8 @@ def add_member(services: Services, principal: Principal, subject: str, role: str
 
 
 def remove_member(services: Services, principal: Principal, subject: str) -> Mutation:
-    """Removing a member revokes its tokens (and, with schedules, disables what it created)."""
+    """Removing a member revokes its tokens and auto-disables the schedules it created
+    (CR-3): their runs would carry an identity that no longer belongs to the tenant."""
     del services
 
     def mutation(tx: Tx, now: datetime) -> Outcome:
@@ -132,6 +134,12 @@ def remove_member(services: Services, principal: Principal, subject: str) -> Mut
         require(principal, Action.ADMINISTER)
         tx.identity.revoke_tokens_of(principal.tenant, subject, now)
         tx.identity.remove_member(principal.tenant, subject)
+        status = auto_disabled_status(f"its creator {subject} was removed from the tenant")
+        for schedule in tx.schedules.by_creator(principal.tenant, subject):
+            if schedule.enabled:
+                tx.schedules.compare_and_set(
+                    schedule.id, schedule.version, now, enabled=False, last_status=status
+                )
         return Outcome(204, None, resource_id=subject)
 
     return mutation

@@ -9,7 +9,9 @@ from __future__ import annotations
 from datetime import datetime
 from typing import Any
 
+from punctual.domain.recurrence import Fire, next_fires
 from punctual.domain.runs import Definition, Run
+from punctual.domain.schedules import Schedule, spec_to_json
 from punctual.domain.starts import LastError, ScheduledStart
 from punctual.domain.timeutil import to_rfc3339
 from punctual.ports.records import Finding, TokenRecord
@@ -112,3 +114,71 @@ def finding_view(finding: Finding) -> dict[str, Any]:
         "acknowledged_at": ts(finding.acknowledged_at),
         "acknowledged_by": finding.acknowledged_by,
     }
+
+
+def fire_view(fire: Fire) -> dict[str, Any]:
+    """One preview item: the instant, its local time, the wall time named, the DST note."""
+    return {
+        "fire_at": ts(fire.at),
+        "local": fire.local.isoformat(),
+        "nominal": fire.nominal.isoformat(),
+        "dst_adjustment": fire.dst_adjustment.value if fire.dst_adjustment else None,
+    }
+
+
+def schedule_view(schedule: Schedule, now: datetime) -> dict[str, Any]:
+    window = schedule.policy.catch_up_window
+    upcoming: list[str | None] = []
+    if schedule.enabled and schedule.deleted_at is None:
+        upcoming = [ts(fire.at) for fire in next_fires(schedule.spec, now, 5)]
+    return {
+        "id": schedule.id,
+        "name": schedule.name,
+        "workflow": schedule.workflow,
+        "spec": spec_to_json(schedule.spec),
+        "overlap": schedule.policy.overlap.value,
+        "missed": schedule.policy.missed.value,
+        "max_catch_up": schedule.policy.max_catch_up,
+        "catch_up_window": window.total_seconds() if window is not None else None,
+        "misfire_grace_ms": int(schedule.policy.misfire_grace.total_seconds() * 1000),
+        "enabled": schedule.enabled,
+        "version": schedule.version,
+        "revision": schedule.revision,
+        "version_policy": schedule.version_policy.value,
+        "pinned_version": schedule.pinned_version,
+        "workload_class": schedule.workload_class,
+        "regression": schedule.regression,
+        "created_by": schedule.created_by,
+        "last_fired_at": ts(schedule.last_fired_at),
+        "last_run_id": schedule.last_run_id,
+        "last_status": schedule.last_status,
+        "next_fire_times": upcoming,
+        "created_at": ts(schedule.created_at),
+        "updated_at": ts(schedule.updated_at),
+    }
+
+
+def occurrence_view(occurrence: ScheduledStart) -> dict[str, Any]:
+    """An occurrence; a run of missed occurrences that was not generated carries ``range``."""
+    view: dict[str, Any] = {
+        "id": occurrence.id,
+        "schedule_id": occurrence.schedule_id,
+        "occurrence_at": ts(occurrence.occurrence_at),
+        "scheduled_at": ts(occurrence.due_at),
+        "nominal": occurrence.nominal,
+        "dst_adjustment": occurrence.dst_adjustment,
+        "state": occurrence.state.value,
+        "reason": occurrence.reason,
+        "version": occurrence.version,
+        "revision": occurrence.revision,
+        "run_id": occurrence.run_id if occurrence.dispatch is not None else None,
+        "attempts": occurrence.attempts,
+        "last_error": last_error_view(occurrence.last_error),
+    }
+    if occurrence.range_count is not None:
+        view["range"] = {
+            "first": ts(occurrence.occurrence_at),
+            "last": ts(occurrence.range_last),
+            "count": occurrence.range_count,
+        }
+    return view

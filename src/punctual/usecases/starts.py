@@ -8,7 +8,6 @@ version.
 
 from __future__ import annotations
 
-import json
 from dataclasses import dataclass, field
 from datetime import datetime
 from typing import Any
@@ -21,9 +20,10 @@ from punctual.domain.starts import (
     check_mutable,
     validate_new_start_at,
 )
-from punctual.errors import Forbidden, InvalidRequest, PayloadTooLarge, not_found
+from punctual.errors import InvalidRequest, not_found
 from punctual.ports.records import NewStart, StartFilter
 from punctual.ports.store import Tx
+from punctual.usecases.admission import admit_input_and_class
 from punctual.usecases.context import Services
 from punctual.usecases.definitions import input_problems, require_active
 from punctual.usecases.idempotency import Mutation, Outcome
@@ -67,35 +67,6 @@ class ListStarts:
     cursor: str | None = None
 
 
-def input_size(value: Any) -> int:
-    return len(json.dumps(value, separators=(",", ":"), sort_keys=True).encode())
-
-
-def _admit_class_and_size(services: Services, principal: Principal, cmd: CreateStart) -> None:
-    tenant_policy = services.policy.tenant_policy(principal.tenant)
-    size = input_size(cmd.input)
-    if size > tenant_policy.max_input_bytes:
-        raise PayloadTooLarge(
-            f"input is {size} bytes; this tenant accepts at most {tenant_policy.max_input_bytes}",
-            code="input_too_large",
-            limit=tenant_policy.max_input_bytes,
-            size=size,
-        )
-    if (
-        cmd.workload_class not in services.policy.workload_classes
-        or cmd.workload_class not in tenant_policy.allowed_workload_classes
-    ):
-        allowed = sorted(
-            tenant_policy.allowed_workload_classes & set(services.policy.workload_classes)
-        )
-        raise Forbidden(
-            f"workload class {cmd.workload_class!r} is not allowed for tenant "
-            f"{principal.tenant}; allowed: {', '.join(allowed) or 'none'}",
-            code="workload_class_not_allowed",
-            allowed=allowed,
-        )
-
-
 def create(services: Services, principal: Principal, cmd: CreateStart) -> Mutation:
     def mutation(tx: Tx, now: datetime) -> Outcome:
         validate_new_start_at(cmd.start_at, cmd.time_zone, now)
@@ -109,7 +80,7 @@ def create(services: Services, principal: Principal, cmd: CreateStart) -> Mutati
                 errors=problems,
             )
         require(principal, Action.CREATE)
-        _admit_class_and_size(services, principal, cmd)
+        admit_input_and_class(services, principal.tenant, cmd.workload_class, cmd.input)
         limits = services.policy.tenant_policy(principal.tenant)
         services.quota.admit_start(
             tx,

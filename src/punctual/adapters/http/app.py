@@ -12,7 +12,7 @@ from starlette.types import ASGIApp, Receive, Scope, Send
 import punctual
 from punctual.adapters.http import errors
 from punctual.adapters.http.edge import Edge
-from punctual.adapters.http.routes import runs, starts, tenant
+from punctual.adapters.http.routes import runs, schedules, starts, tenant
 from punctual.adapters.observability import Metrics
 
 
@@ -73,6 +73,7 @@ def create_app(edge: Edge, metrics: Metrics, *, max_body_bytes: int = 1_048_576)
     errors.install(app)
     app.include_router(starts.router)
     app.include_router(runs.router)
+    app.include_router(schedules.router)
     app.include_router(tenant.router)
 
     @app.get("/healthz", tags=["probes"])

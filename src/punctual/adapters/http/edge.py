@@ -134,7 +134,7 @@ def parse_body(raw: bytes, model: type[M], *, host_owned_check: bool = False) ->
         raise InvalidRequest(f"invalid request body: {summary}", errors=errors) from None
 
 
-def parse_limit(value: str | None, default: int = 50) -> int:
+def parse_limit(value: str | None, default: int = 50, name: str = "limit") -> int:
     """Parsed here, after authentication, so a bad query never answers before a 401."""
     if value is None:
         return default
@@ -142,8 +142,8 @@ def parse_limit(value: str | None, default: int = 50) -> int:
         return int(value)
     except ValueError:
         raise InvalidRequest(
-            f"limit must be a whole number from 1 to 100, not {value!r}",
-            errors=[{"loc": ["query", "limit"], "msg": "not an integer", "type": "int_parsing"}],
+            f"{name} must be a whole number from 1 to 100, not {value!r}",
+            errors=[{"loc": ["query", name], "msg": "not an integer", "type": "int_parsing"}],
         ) from None
 
 

@@ -55,6 +55,13 @@ def start_from_row(row: RowMapping) -> ScheduledStart:
         run_id=row["run_id"],
         dispatch=dispatch,
         reason=row["reason"],
+        schedule_id=row["schedule_id"],
+        occurrence_at=row["occurrence_at"],
+        nominal=row["nominal"],
+        dst_adjustment=row["dst_adjustment"],
+        revision=row["revision"],
+        range_last=row["range_last"],
+        range_count=row["range_count"],
     )
 
 

@@ -45,6 +45,8 @@ class SqlRuns:
                 "timeout_seconds": run.timeout_seconds,
                 "cancel_requested": False,
                 "created_at": now,
+                "queued_at": now,
+                "schedule_id": run.origin.get("schedule_id"),
             }
             for run in runs
         ]
@@ -77,6 +79,12 @@ class SqlRuns:
     def count_unfinished(self, workflow: str, version: str) -> int:
         query = sa.select(sa.func.count()).where(
             _r.workflow == workflow, _r.definition_version == version, _r.state.in_(_ACTIVE)
+        )
+        return int(self._conn.execute(query).scalar_one())
+
+    def count_active_of_schedule(self, schedule_id: str) -> int:
+        query = sa.select(sa.func.count()).where(
+            _r.schedule_id == schedule_id, _r.state.in_(_ACTIVE)
         )
         return int(self._conn.execute(query).scalar_one())
 
@@ -231,19 +239,16 @@ class SqlRuns:
         requeued = self._conn.execute(
             sa.update(t.runs)
             .where(expired)
-            .values(state=RunState.PENDING.value, claimed_by=None, lease_until=None)
+            .values(state=RunState.PENDING.value, claimed_by=None, lease_until=None, queued_at=now)
         ).rowcount
         return requeued, failed
 
-    def time_out_pending(self, created_before: datetime, now: datetime, timeout: float) -> int:
-        """Pending runs no worker picked up in time end ``timed_out`` (WF-7)."""
+    def time_out_pending(self, queued_before: datetime, now: datetime, timeout: float) -> int:
+        """Runs waiting in the queue since before ``queued_before`` end ``timed_out`` (WF-7),
+        including runs requeued after a lost worker that no worker picks up again."""
         return self._conn.execute(
             sa.update(t.runs)
-            .where(
-                _r.state == RunState.PENDING.value,
-                _r.created_at < created_before,
-                _r.attempts == 0,
-            )
+            .where(_r.state == RunState.PENDING.value, _r.queued_at < queued_before)
             .values(
                 state=RunState.TIMED_OUT.value,
                 ended_at=now,

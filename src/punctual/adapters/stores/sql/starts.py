@@ -2,20 +2,40 @@
 
 from __future__ import annotations
 
+from collections.abc import Sequence
 from datetime import datetime
 from typing import Any
 
 import sqlalchemy as sa
+from sqlalchemy.engine import RowMapping
 
 from punctual.adapters.stores.sql import tables as t
-from punctual.adapters.stores.sql.dialects import claimable, for_update, notify
+from punctual.adapters.stores.sql.dialects import claimable, for_update, insert_ignore, notify
 from punctual.adapters.stores.sql.listener import DUE_CHANNEL
 from punctual.adapters.stores.sql.rows import last_error_to_json, start_from_row
 from punctual.domain.starts import LastError, ScheduledStart, StartState
-from punctual.ports.records import ClaimedStart, EncryptedInput, NewStart, StartFilter
+from punctual.domain.timeutil import to_rfc3339
+from punctual.ports.records import (
+    ClaimedStart,
+    EncryptedInput,
+    NewOccurrence,
+    NewStart,
+    StartFilter,
+)
 
 _s = t.starts.c
 _PENDING = (StartState.SCHEDULED.value, StartState.DISPATCHING.value)
+
+
+def _origin(row: RowMapping) -> dict[str, Any]:
+    if row["schedule_id"] is None:
+        return {"source": "scheduled_start", "id": row["id"]}
+    return {
+        "source": "schedule",
+        "id": row["id"],
+        "schedule_id": row["schedule_id"],
+        "occurrence_at": to_rfc3339(row["occurrence_at"]),
+    }
 
 
 class SqlStarts:
@@ -45,16 +65,139 @@ class SqlStarts:
             "run_id": new.run_id,
         }
         self._conn.execute(sa.insert(t.starts).values(**values))
-        row = {**values, "next_attempt_at": None, "last_error": None, "dispatched_at": None}
-        row.update(reason=None)
-        row.update(definition_version=None, artifact=None)
-        return start_from_row(row)  # type: ignore[arg-type]
+        created = self.get(new.tenant, new.id)
+        assert created is not None
+        return created
+
+    def insert_occurrences(self, occurrences: Sequence[NewOccurrence], now: datetime) -> int:
+        """Insert occurrences; one already present for (schedule, occurrence_at) is kept
+        as it is (RS-5: after a commit the same occurrence is retried, never regenerated)."""
+        rows: list[dict[str, Any]] = [
+            {
+                "id": o.id,
+                "tenant": o.tenant,
+                "workflow": o.workflow,
+                "business_request_id": o.business_request_id,
+                "start_at": o.occurrence_at,
+                "workload_class": o.workload_class,
+                "attributes": {},
+                "input": o.input.ciphertext,
+                "input_key_id": o.input.key_id,
+                "state": o.state,
+                "version": 1,
+                "attempts": 0,
+                "due_at": o.due_at,
+                "reason": o.reason,
+                "created_by": o.created_by,
+                "created_at": now,
+                "updated_at": now,
+                "run_id": o.run_id,
+                "schedule_id": o.schedule_id,
+                "occurrence_at": o.occurrence_at,
+                "nominal": o.nominal,
+                "dst_adjustment": o.dst_adjustment,
+                "revision": o.revision,
+                "range_last": o.range_last,
+                "range_count": o.range_count,
+            }
+            for o in occurrences
+        ]
+        return insert_ignore(self._conn, t.starts, rows, ["schedule_id", "occurrence_at"])
+
+    def get_occurrence(
+        self, tenant: str, schedule_id: str, occurrence_id: str, *, lock: bool = False
+    ) -> ScheduledStart | None:
+        query = sa.select(t.starts).where(
+            _s.tenant == tenant, _s.schedule_id == schedule_id, _s.id == occurrence_id
+        )
+        if lock:
+            query = for_update(query, self._conn)
+        row = self._conn.execute(query).mappings().first()
+        return start_from_row(row) if row else None
+
+    def find_occurrences(
+        self, schedule_id: str, state: str | None, after_seq: int, limit: int
+    ) -> list[tuple[int, ScheduledStart]]:
+        query = sa.select(t.starts).where(_s.schedule_id == schedule_id, _s.seq > after_seq)
+        if state:
+            query = query.where(_s.state == state)
+        query = query.order_by(_s.seq).limit(limit)
+        return [(r["seq"], start_from_row(r)) for r in self._conn.execute(query).mappings()]
+
+    def cancel_unstarted(self, schedule_id: str, reason: str, now: datetime) -> int:
+        """Cancel a schedule's occurrences that have not been claimed (delete, RS-5b)."""
+        return self._conn.execute(
+            sa.update(t.starts)
+            .where(
+                _s.schedule_id == schedule_id,
+                _s.state.in_([StartState.SCHEDULED.value, StartState.BUFFERED.value]),
+            )
+            .values(
+                state=StartState.CANCELED.value,
+                reason=reason,
+                version=_s.version + 1,
+                updated_at=now,
+            )
+        ).rowcount
+
+    def buffered_of(self, schedule_id: str) -> int:
+        query = sa.select(sa.func.count()).where(
+            _s.schedule_id == schedule_id, _s.state == StartState.BUFFERED.value
+        )
+        return int(self._conn.execute(query).scalar_one())
+
+    def release_buffered(self, now: datetime) -> int:
+        """Buffered occurrences whose schedule has no unfinished run any more become due now."""
+        active = (
+            sa.select(t.runs.c.id)
+            .where(
+                t.runs.c.schedule_id == _s.schedule_id,
+                t.runs.c.state.in_(["pending", "running"]),
+            )
+            .exists()
+        )
+        return self._conn.execute(
+            sa.update(t.starts)
+            .where(_s.state == StartState.BUFFERED.value, ~active)
+            .values(
+                state=StartState.SCHEDULED.value,
+                due_at=now,
+                version=_s.version + 1,
+                updated_at=now,
+            )
+        ).rowcount
+
+    def occurrence_counts(self, tenant: str) -> dict[str, dict[str, int]]:
+        """Per schedule: skipped (any reason), missed (occurrences, ranges counted in full)
+        and failed, for the health report."""
+        count = sa.func.coalesce(_s.range_count, 1)
+        query = (
+            sa.select(
+                _s.schedule_id,
+                sa.func.sum(sa.case((_s.state == StartState.SKIPPED.value, count), else_=0)),
+                sa.func.sum(sa.case((_s.reason == "missed", count), else_=0)),
+                sa.func.sum(sa.case((_s.state == StartState.FAILED.value, 1), else_=0)),
+            )
+            .where(_s.tenant == tenant, _s.schedule_id.is_not(None))
+            .group_by(_s.schedule_id)
+        )
+        return {
+            row[0]: {
+                "skipped_count": int(row[1]),
+                "missed_count": int(row[2]),
+                "failed_count": int(row[3]),
+            }
+            for row in self._conn.execute(query)
+        }
 
     def notify_due(self) -> None:
         notify(self._conn, DUE_CHANNEL)
 
     def get(self, tenant: str, start_id: str, *, lock: bool = False) -> ScheduledStart | None:
-        query = sa.select(t.starts).where(_s.tenant == tenant, _s.id == start_id)
+        """A one-off start (occurrences are reached through their schedule)."""
+        query = sa.select(t.starts).where(
+            _s.tenant == tenant, _s.id == start_id, _s.schedule_id.is_(None)
+        )
         if lock:
             query = for_update(query, self._conn)
         row = self._conn.execute(query).mappings().first()
@@ -63,7 +206,9 @@ class SqlStarts:
     def find(
         self, tenant: str, where: StartFilter, after_seq: int, limit: int
     ) -> list[tuple[int, ScheduledStart]]:
-        query = sa.select(t.starts).where(_s.tenant == tenant, _s.seq > after_seq)
+        query = sa.select(t.starts).where(
+            _s.tenant == tenant, _s.seq > after_seq, _s.schedule_id.is_(None)
+        )
         if where.state:
             query = query.where(_s.state == where.state)
         if where.workflow:
@@ -74,13 +219,18 @@ class SqlStarts:
         return [(r["seq"], start_from_row(r)) for r in self._conn.execute(query).mappings()]
 
     def count_pending(self, tenant: str, workload_class: str | None = None) -> int:
-        query = sa.select(sa.func.count()).where(_s.tenant == tenant, _s.state.in_(_PENDING))
+        """Pending one-off starts; occurrences count against ``max_schedules`` instead (QA-1)."""
+        query = sa.select(sa.func.count()).where(
+            _s.tenant == tenant, _s.state.in_(_PENDING), _s.schedule_id.is_(None)
+        )
         if workload_class is not None:
             query = query.where(_s.workload_class == workload_class)
         return int(self._conn.execute(query).scalar_one())
 
     def count_in_state(self, tenant: str, state: StartState) -> int:
-        query = sa.select(sa.func.count()).where(_s.tenant == tenant, _s.state == state.value)
+        query = sa.select(sa.func.count()).where(
+            _s.tenant == tenant, _s.state == state.value, _s.schedule_id.is_(None)
+        )
         return int(self._conn.execute(query).scalar_one())
 
     def stalled(self, tenant: str, lease_expired_before: datetime, limit: int) -> list[str]:
@@ -158,6 +308,9 @@ class SqlStarts:
                 _s.run_id,
                 _s.version,
                 _s.attempts,
+                _s.schedule_id,
+                _s.occurrence_at,
+                _s.due_at,
             )
         )
         return [
@@ -172,7 +325,9 @@ class SqlStarts:
                 run_id=r["run_id"],
                 version=r["version"],
                 attempts=r["attempts"],
-                origin={"source": "scheduled_start", "id": r["id"]},
+                origin=_origin(r),
+                schedule_id=r["schedule_id"],
+                due_at=r["due_at"],
             )
             for r in claimed.mappings()
         ]

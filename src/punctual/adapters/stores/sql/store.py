@@ -15,6 +15,7 @@ from punctual.adapters.stores.sql.findings import SqlFindings
 from punctual.adapters.stores.sql.idempotency import SqlIdempotency
 from punctual.adapters.stores.sql.identity import SqlIdentity
 from punctual.adapters.stores.sql.runs import SqlRuns
+from punctual.adapters.stores.sql.schedules import SqlSchedules
 from punctual.adapters.stores.sql.starts import SqlStarts
 from punctual.errors import Unavailable
 
@@ -30,6 +31,7 @@ class SqlTx:
     starts: SqlStarts
     runs: SqlRuns
     findings: SqlFindings
+    schedules: SqlSchedules
 
     @classmethod
     def on(cls, conn: sa.Connection) -> SqlTx:
@@ -41,6 +43,7 @@ class SqlTx:
             starts=SqlStarts(conn),
             runs=SqlRuns(conn),
             findings=SqlFindings(conn),
+            schedules=SqlSchedules(conn),
         )
 
 

@@ -158,6 +158,15 @@ starts = sa.Table(
     sa.Column("dispatched_at", UTCDateTime),
     sa.Column("claimed_by", sa.String(40)),
     sa.Column("lease_until", UTCDateTime),
+    # Occurrences of schedules are starts too; these columns are null for one-off starts.
+    sa.Column("schedule_id", sa.String(40)),
+    sa.Column("occurrence_at", UTCDateTime),
+    sa.Column("nominal", sa.String(32)),
+    sa.Column("dst_adjustment", sa.String(20)),
+    sa.Column("revision", sa.Integer),
+    sa.Column("range_last", UTCDateTime),
+    sa.Column("range_count", sa.Integer),
+    sa.UniqueConstraint("schedule_id", "occurrence_at"),
     # The claim query's index: only pending rows, so a million finished starts cost nothing.
     sa.Index(
         "ix_starts_due",
@@ -168,6 +177,7 @@ starts = sa.Table(
     sa.Index(None, "tenant", "seq"),
     sa.Index(None, "tenant", "business_request_id"),
     sa.Index(None, "tenant", "state"),
+    sa.Index(None, "schedule_id", "state"),
 )
 
 runs = sa.Table(
@@ -182,6 +192,7 @@ runs = sa.Table(
     sa.Column("state", sa.String(16), nullable=False),
     sa.Column("origin", JSONType, nullable=False),
     sa.Column("origin_id", sa.String(40), nullable=False),
+    sa.Column("schedule_id", sa.String(40)),
     sa.Column("started_by", sa.String(200), nullable=False),
     sa.Column("attempts", sa.Integer, nullable=False),
     sa.Column("result", JSONType),
@@ -196,6 +207,7 @@ runs = sa.Table(
     sa.Column("claimed_by", sa.String(40)),
     sa.Column("lease_until", UTCDateTime),
     sa.Column("created_at", UTCDateTime, nullable=False),
+    sa.Column("queued_at", UTCDateTime),
     sa.Column("started_at", UTCDateTime),
     sa.Column("ended_at", UTCDateTime),
     sa.Index(
@@ -215,6 +227,59 @@ runs = sa.Table(
     sa.Index(None, "tenant", "seq"),
     sa.Index(None, "tenant", "workflow"),
     sa.Index(None, "origin_id"),
+    sa.Index(None, "schedule_id", "state"),
+)
+
+schedules = sa.Table(
+    "schedules",
+    metadata,
+    _seq(),
+    sa.Column("id", sa.String(40), nullable=False, unique=True),
+    sa.Column("tenant", sa.String(64), nullable=False),
+    sa.Column("name", sa.String(200), nullable=False),
+    sa.Column("workflow", sa.String(200), nullable=False),
+    sa.Column("input", sa.LargeBinary, nullable=False),
+    sa.Column("input_key_id", sa.String(64), nullable=False),
+    sa.Column("spec", JSONType, nullable=False),
+    sa.Column("overlap", sa.String(16), nullable=False),
+    sa.Column("missed", sa.String(16), nullable=False),
+    sa.Column("max_catch_up", sa.Integer, nullable=False),
+    sa.Column("catch_up_window_seconds", sa.Float),
+    sa.Column("misfire_grace_ms", sa.Integer, nullable=False),
+    sa.Column("enabled", sa.Boolean, nullable=False),
+    sa.Column("version", sa.Integer, nullable=False),
+    sa.Column("revision", sa.Integer, nullable=False),
+    sa.Column("version_policy", sa.String(16), nullable=False),
+    sa.Column("pinned_version", sa.String(100)),
+    sa.Column("workload_class", sa.String(64), nullable=False),
+    sa.Column("regression", JSONType),
+    sa.Column("created_by", sa.String(200), nullable=False),
+    sa.Column("cursor", UTCDateTime, nullable=False),
+    sa.Column("next_fire_at", UTCDateTime),
+    sa.Column("last_fired_at", UTCDateTime),
+    sa.Column("last_run_id", sa.String(40)),
+    sa.Column("last_status", sa.String(300)),
+    sa.Column("created_at", UTCDateTime, nullable=False),
+    sa.Column("updated_at", UTCDateTime, nullable=False),
+    sa.Column("deleted_at", UTCDateTime),
+    # A name is unique among a tenant's live schedules (deleted ones keep their history).
+    sa.Index(
+        "uq_schedules_live_name",
+        "tenant",
+        "name",
+        unique=True,
+        postgresql_where=sa.text("deleted_at IS NULL"),
+        sqlite_where=sa.text("deleted_at IS NULL"),
+    ),
+    # The generation pass's index: only schedules that can fire.
+    sa.Index(
+        "ix_schedules_next_fire",
+        "next_fire_at",
+        postgresql_where=sa.text("enabled AND deleted_at IS NULL"),
+        sqlite_where=sa.text("enabled AND deleted_at IS NULL"),
+    ),
+    sa.Index(None, "tenant", "seq"),
+    sa.Index(None, "tenant", "created_by"),
 )
 
 findings = sa.Table(

@@ -1,0 +1,148 @@
+"""schedules and occurrences
+
+Revision ID: 0002
+Revises: 0001
+Create Date: 2026-11-29
+"""
+
+from __future__ import annotations
+
+import sqlalchemy as sa
+from alembic import op
+from sqlalchemy.dialects import postgresql
+
+from punctual.adapters.stores.sql import tables
+
+revision = "0002"
+down_revision = "0001"
+branch_labels = None
+depends_on = None
+
+
+def upgrade() -> None:
+    op.create_table(
+        "schedules",
+        sa.Column(
+            "seq",
+            sa.BigInteger().with_variant(sa.Integer(), "sqlite"),
+            autoincrement=True,
+            nullable=False,
+        ),
+        sa.Column("id", sa.String(length=40), nullable=False),
+        sa.Column("tenant", sa.String(length=64), nullable=False),
+        sa.Column("name", sa.String(length=200), nullable=False),
+        sa.Column("workflow", sa.String(length=200), nullable=False),
+        sa.Column("input", sa.LargeBinary(), nullable=False),
+        sa.Column("input_key_id", sa.String(length=64), nullable=False),
+        sa.Column(
+            "spec",
+            sa.JSON().with_variant(postgresql.JSONB(astext_type=sa.Text()), "postgresql"),
+            nullable=False,
+        ),
+        sa.Column("overlap", sa.String(length=16), nullable=False),
+        sa.Column("missed", sa.String(length=16), nullable=False),
+        sa.Column("max_catch_up", sa.Integer(), nullable=False),
+        sa.Column("catch_up_window_seconds", sa.Float(), nullable=True),
+        sa.Column("misfire_grace_ms", sa.Integer(), nullable=False),
+        sa.Column("enabled", sa.Boolean(), nullable=False),
+        sa.Column("version", sa.Integer(), nullable=False),
+        sa.Column("revision", sa.Integer(), nullable=False),
+        sa.Column("version_policy", sa.String(length=16), nullable=False),
+        sa.Column("pinned_version", sa.String(length=100), nullable=True),
+        sa.Column("workload_class", sa.String(length=64), nullable=False),
+        sa.Column(
+            "regression",
+            sa.JSON().with_variant(postgresql.JSONB(astext_type=sa.Text()), "postgresql"),
+            nullable=True,
+        ),
+        sa.Column("created_by", sa.String(length=200), nullable=False),
+        sa.Column("cursor", tables.UTCDateTime(), nullable=False),
+        sa.Column("next_fire_at", tables.UTCDateTime(), nullable=True),
+        sa.Column("last_fired_at", tables.UTCDateTime(), nullable=True),
+        sa.Column("last_run_id", sa.String(length=40), nullable=True),
+        sa.Column("last_status", sa.String(length=300), nullable=True),
+        sa.Column("created_at", tables.UTCDateTime(), nullable=False),
+        sa.Column("updated_at", tables.UTCDateTime(), nullable=False),
+        sa.Column("deleted_at", tables.UTCDateTime(), nullable=True),
+        sa.PrimaryKeyConstraint("seq", name=op.f("pk_schedules")),
+        sa.UniqueConstraint("id", name=op.f("uq_schedules_id")),
+    )
+    with op.batch_alter_table("schedules", schema=None) as batch_op:
+        batch_op.create_index(
+            "ix_schedules_next_fire",
+            ["next_fire_at"],
+            unique=False,
+            postgresql_where=sa.text("enabled AND deleted_at IS NULL"),
+            sqlite_where=sa.text("enabled AND deleted_at IS NULL"),
+        )
+        batch_op.create_index(
+            batch_op.f("ix_schedules_tenant_created_by"), ["tenant", "created_by"], unique=False
+        )
+        batch_op.create_index(
+            batch_op.f("ix_schedules_tenant_seq"), ["tenant", "seq"], unique=False
+        )
+        batch_op.create_index(
+            "uq_schedules_live_name",
+            ["tenant", "name"],
+            unique=True,
+            postgresql_where=sa.text("deleted_at IS NULL"),
+            sqlite_where=sa.text("deleted_at IS NULL"),
+        )
+
+    with op.batch_alter_table("runs", schema=None) as batch_op:
+        batch_op.add_column(sa.Column("schedule_id", sa.String(length=40), nullable=True))
+        batch_op.add_column(sa.Column("queued_at", tables.UTCDateTime(), nullable=True))
+        batch_op.create_index(
+            batch_op.f("ix_runs_schedule_id_state"), ["schedule_id", "state"], unique=False
+        )
+    # A run waits in the queue since it was created, unless a lost worker requeued it.
+    op.execute("UPDATE runs SET queued_at = created_at")
+
+    with op.batch_alter_table("starts", schema=None) as batch_op:
+        batch_op.add_column(sa.Column("schedule_id", sa.String(length=40), nullable=True))
+        batch_op.add_column(sa.Column("occurrence_at", tables.UTCDateTime(), nullable=True))
+        batch_op.add_column(sa.Column("nominal", sa.String(length=32), nullable=True))
+        batch_op.add_column(sa.Column("dst_adjustment", sa.String(length=20), nullable=True))
+        batch_op.add_column(sa.Column("revision", sa.Integer(), nullable=True))
+        batch_op.add_column(sa.Column("range_last", tables.UTCDateTime(), nullable=True))
+        batch_op.add_column(sa.Column("range_count", sa.Integer(), nullable=True))
+        batch_op.create_index(
+            batch_op.f("ix_starts_schedule_id_state"), ["schedule_id", "state"], unique=False
+        )
+        batch_op.create_unique_constraint(
+            batch_op.f("uq_starts_schedule_id_occurrence_at"), ["schedule_id", "occurrence_at"]
+        )
+
+
+def downgrade() -> None:
+    with op.batch_alter_table("starts", schema=None) as batch_op:
+        batch_op.drop_constraint(batch_op.f("uq_starts_schedule_id_occurrence_at"), type_="unique")
+        batch_op.drop_index(batch_op.f("ix_starts_schedule_id_state"))
+        batch_op.drop_column("range_count")
+        batch_op.drop_column("range_last")
+        batch_op.drop_column("revision")
+        batch_op.drop_column("dst_adjustment")
+        batch_op.drop_column("nominal")
+        batch_op.drop_column("occurrence_at")
+        batch_op.drop_column("schedule_id")
+
+    with op.batch_alter_table("runs", schema=None) as batch_op:
+        batch_op.drop_index(batch_op.f("ix_runs_schedule_id_state"))
+        batch_op.drop_column("queued_at")
+        batch_op.drop_column("schedule_id")
+
+    with op.batch_alter_table("schedules", schema=None) as batch_op:
+        batch_op.drop_index(
+            "uq_schedules_live_name",
+            postgresql_where=sa.text("deleted_at IS NULL"),
+            sqlite_where=sa.text("deleted_at IS NULL"),
+        )
+        batch_op.drop_index(batch_op.f("ix_schedules_tenant_seq"))
+        batch_op.drop_index(batch_op.f("ix_schedules_tenant_created_by"))
+        batch_op.drop_index(
+            "ix_schedules_next_fire",
+            postgresql_where=sa.text("enabled AND deleted_at IS NULL"),
+            sqlite_where=sa.text("enabled AND deleted_at IS NULL"),
+        )
+
+    op.drop_table("schedules")

@@ -1,0 +1,199 @@
+"""Schedules: insert, read, compare-and-set, and the generation pass's claims."""
+
+from __future__ import annotations
+
+from datetime import datetime, timedelta
+from typing import Any
+
+import sqlalchemy as sa
+from sqlalchemy.engine import RowMapping
+
+from punctual.adapters.stores.sql import tables as t
+from punctual.adapters.stores.sql.dialects import claimable, for_update
+from punctual.domain.schedules import (
+    MissedPolicy,
+    OverlapPolicy,
+    Schedule,
+    SchedulePolicy,
+    VersionPolicy,
+    spec_from_json,
+    spec_to_json,
+)
+from punctual.ports.records import EncryptedInput, NewSchedule
+
+_c = t.schedules.c
+
+
+def schedule_from_row(row: RowMapping) -> Schedule:
+    window = row["catch_up_window_seconds"]
+    return Schedule(
+        id=row["id"],
+        tenant=row["tenant"],
+        name=row["name"],
+        workflow=row["workflow"],
+        spec=spec_from_json(dict(row["spec"])),
+        policy=SchedulePolicy(
+            overlap=OverlapPolicy(row["overlap"]),
+            missed=MissedPolicy(row["missed"]),
+            max_catch_up=row["max_catch_up"],
+            catch_up_window=timedelta(seconds=window) if window is not None else None,
+            misfire_grace=timedelta(milliseconds=row["misfire_grace_ms"]),
+        ),
+        enabled=bool(row["enabled"]),
+        version=row["version"],
+        revision=row["revision"],
+        version_policy=VersionPolicy(row["version_policy"]),
+        pinned_version=row["pinned_version"],
+        workload_class=row["workload_class"],
+        regression=row["regression"],
+        created_by=row["created_by"],
+        cursor=row["cursor"],
+        next_fire_at=row["next_fire_at"],
+        last_fired_at=row["last_fired_at"],
+        last_run_id=row["last_run_id"],
+        last_status=row["last_status"],
+        created_at=row["created_at"],
+        updated_at=row["updated_at"],
+        deleted_at=row["deleted_at"],
+    )
+
+
+def policy_columns(policy: SchedulePolicy) -> dict[str, Any]:
+    window = policy.catch_up_window
+    return {
+        "overlap": policy.overlap.value,
+        "missed": policy.missed.value,
+        "max_catch_up": policy.max_catch_up,
+        "catch_up_window_seconds": window.total_seconds() if window is not None else None,
+        "misfire_grace_ms": int(policy.misfire_grace.total_seconds() * 1000),
+    }
+
+
+class SqlSchedules:
+    def __init__(self, conn: sa.Connection) -> None:
+        self._conn = conn
+
+    def insert(self, new: NewSchedule, now: datetime) -> Schedule:
+        self._conn.execute(
+            sa.insert(t.schedules).values(
+                id=new.id,
+                tenant=new.tenant,
+                name=new.name,
+                workflow=new.workflow,
+                input=new.input.ciphertext,
+                input_key_id=new.input.key_id,
+                spec=spec_to_json(new.spec),
+                **policy_columns(new.policy),
+                enabled=new.enabled,
+                version=1,
+                revision=1,
+                version_policy=new.version_policy.value,
+                pinned_version=new.pinned_version,
+                workload_class=new.workload_class,
+                regression=new.regression,
+                created_by=new.created_by,
+                cursor=new.cursor,
+                next_fire_at=new.next_fire_at,
+                created_at=now,
+                updated_at=now,
+            )
+        )
+        created = self.get(new.tenant, new.id)
+        assert created is not None
+        return created
+
+    def get(
+        self, tenant: str, schedule_id: str, *, lock: bool = False, deleted: bool = False
+    ) -> Schedule | None:
+        query = sa.select(t.schedules).where(_c.tenant == tenant, _c.id == schedule_id)
+        if not deleted:
+            query = query.where(_c.deleted_at.is_(None))
+        if lock:
+            query = for_update(query, self._conn)
+        row = self._conn.execute(query).mappings().first()
+        return schedule_from_row(row) if row else None
+
+    def name_taken(self, tenant: str, name: str, other_than: str | None = None) -> bool:
+        query = sa.select(_c.id).where(
+            _c.tenant == tenant, _c.name == name, _c.deleted_at.is_(None)
+        )
+        if other_than is not None:
+            query = query.where(_c.id != other_than)
+        return self._conn.execute(query).first() is not None
+
+    def count_live(self, tenant: str) -> int:
+        query = sa.select(sa.func.count()).where(_c.tenant == tenant, _c.deleted_at.is_(None))
+        return int(self._conn.execute(query).scalar_one())
+
+    def find(self, tenant: str, after_seq: int, limit: int) -> list[tuple[int, Schedule]]:
+        query = (
+            sa.select(t.schedules)
+            .where(_c.tenant == tenant, _c.seq > after_seq, _c.deleted_at.is_(None))
+            .order_by(_c.seq)
+            .limit(limit)
+        )
+        return [(r["seq"], schedule_from_row(r)) for r in self._conn.execute(query).mappings()]
+
+    def by_creator(self, tenant: str, subject: str) -> list[Schedule]:
+        query = sa.select(t.schedules).where(
+            _c.tenant == tenant, _c.created_by == subject, _c.deleted_at.is_(None)
+        )
+        return [schedule_from_row(r) for r in self._conn.execute(query).mappings()]
+
+    def input_of(self, schedule_id: str) -> EncryptedInput:
+        row = self._conn.execute(
+            sa.select(_c.input, _c.input_key_id).where(_c.id == schedule_id)
+        ).one()
+        return EncryptedInput(row.input_key_id, row.input)
+
+    def compare_and_set(
+        self, schedule_id: str, expected_version: int, now: datetime, **changes: Any
+    ) -> bool:
+        """A user mutation (or auto-disable): applies and bumps ``version`` (RS-6)."""
+        if "spec" in changes and not isinstance(changes["spec"], dict):
+            changes["spec"] = spec_to_json(changes["spec"])
+        if "policy" in changes:
+            changes.update(policy_columns(changes.pop("policy")))
+        if "input" in changes and isinstance(changes["input"], EncryptedInput):
+            encrypted = changes.pop("input")
+            changes.update(input=encrypted.ciphertext, input_key_id=encrypted.key_id)
+        result = self._conn.execute(
+            sa.update(t.schedules)
+            .where(_c.id == schedule_id, _c.version == expected_version)
+            .values(version=_c.version + 1, updated_at=now, **changes)
+        )
+        return result.rowcount == 1
+
+    def record(self, schedule_id: str, **bookkeeping: Any) -> None:
+        """Runner bookkeeping (cursor, next fire, last fired/status): never bumps ``version``."""
+        self._conn.execute(sa.update(t.schedules).where(_c.id == schedule_id).values(**bookkeeping))
+
+    def claim_due_for_generation(self, horizon: datetime, limit: int) -> list[Schedule]:
+        """Lock up to ``limit`` enabled schedules whose next fire is at or before ``horizon``.
+
+        The row lock is the schedule lock of RS-5: the caller generates occurrences and
+        moves the cursor in this same transaction; other runners skip locked schedules.
+        """
+        due = (
+            sa.select(_c.id)
+            .where(_c.enabled, _c.deleted_at.is_(None), _c.next_fire_at <= horizon)
+            .order_by(_c.next_fire_at)
+            .limit(limit)
+        )
+        rows = self._conn.execute(
+            sa.select(t.schedules).where(_c.id.in_(claimable(due, self._conn)))
+        ).mappings()
+        return sorted(
+            (schedule_from_row(r) for r in rows), key=lambda s: s.next_fire_at or s.cursor
+        )
+
+    def earliest_generation(self) -> datetime | None:
+        query = sa.select(sa.func.min(_c.next_fire_at)).where(_c.enabled, _c.deleted_at.is_(None))
+        value: datetime | None = self._conn.execute(query).scalar_one_or_none()
+        return value
+
+    def lock_for_dispatch(self, schedule_id: str) -> Schedule | None:
+        """Serialize overlap decisions of one schedule across runners (RS-3)."""
+        query = for_update(sa.select(t.schedules).where(_c.id == schedule_id), self._conn)
+        row = self._conn.execute(query).mappings().first()
+        return schedule_from_row(row) if row else None

@@ -1,0 +1,140 @@
+"""The generation pass: turn schedules into occurrences (RS-4, RS-5).
+
+Due schedules are locked for the pass (concurrent runners skip them); for each one the
+pure ``plan_occurrences`` decides what to generate, what was missed and what DST
+removed, and the occurrences and the moved cursor commit in the same transaction. A
+crash before the commit leaves neither; after it, an occurrence is a start like any
+other and is retried, never regenerated (the (schedule, occurrence_at) key is unique).
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from datetime import datetime, timedelta
+
+from punctual.domain.ids import new_id
+from punctual.domain.schedules import Plan, Schedule, plan_occurrences
+from punctual.domain.starts import StartState
+from punctual.ports.events import Event
+from punctual.ports.records import EncryptedInput, NewOccurrence
+from punctual.ports.store import Tx
+from punctual.usecases.context import Services
+
+LOOKAHEAD = timedelta(seconds=2)
+"""Occurrences are generated this far ahead so that dispatch finds them on time."""
+
+
+@dataclass
+class GenerationReport:
+    schedules: int = 0
+    generated: int = 0
+    missed: int = 0
+    dst_skipped: int = 0
+
+
+def generate(services: Services, budget: int) -> GenerationReport:
+    """One pass over due schedules, generating at most ``budget`` occurrences in total."""
+    report = GenerationReport()
+    now = services.clock.now()
+    with services.store.transaction() as tx:
+        due = tx.schedules.claim_due_for_generation(now + LOOKAHEAD, budget)
+        for schedule in due:
+            remaining = budget - report.generated
+            if remaining <= 0:
+                break
+            plan = plan_occurrences(
+                schedule.spec, schedule.policy, schedule.cursor, now, remaining, LOOKAHEAD
+            )
+            _apply(tx, schedule, plan, now)
+            report.schedules += 1
+            report.generated += len(plan.occurrences)
+            report.missed += plan.missed.count if plan.missed else 0
+            report.dst_skipped += len(plan.dst_skipped)
+    if report.generated:
+        services.on_due_change()
+    if report.missed:
+        services.events.emit(
+            Event("occurrence.skipped", "*", "generation", {"missed": report.missed})
+        )
+    return report
+
+
+def _occurrence(
+    schedule: Schedule,
+    encrypted: EncryptedInput,
+    at: datetime,
+    due_at: datetime,
+    *,
+    nominal: str | None = None,
+    dst_adjustment: str | None = None,
+    state: str = StartState.SCHEDULED.value,
+    reason: str | None = None,
+    range_last: datetime | None = None,
+    range_count: int | None = None,
+) -> NewOccurrence:
+    return NewOccurrence(
+        id=new_id("occ"),
+        tenant=schedule.tenant,
+        schedule_id=schedule.id,
+        revision=schedule.revision,
+        workflow=schedule.workflow,
+        workload_class=schedule.workload_class,
+        input=encrypted,
+        created_by=schedule.created_by,
+        business_request_id=schedule.name,
+        occurrence_at=at,
+        due_at=due_at,
+        nominal=nominal,
+        dst_adjustment=dst_adjustment,
+        run_id=new_id("run"),
+        state=state,
+        reason=reason,
+        range_last=range_last,
+        range_count=range_count,
+    )
+
+
+def _apply(tx: Tx, schedule: Schedule, plan: Plan, now: datetime) -> None:
+    rows: list[NewOccurrence] = []
+    encrypted = tx.schedules.input_of(schedule.id)
+    for planned in plan.occurrences:
+        rows.append(
+            _occurrence(
+                schedule,
+                encrypted,
+                planned.at,
+                max(planned.at, now) if planned.late else planned.at,
+                nominal=planned.nominal.isoformat(),
+                dst_adjustment=planned.dst_adjustment.value if planned.dst_adjustment else None,
+            )
+        )
+    if plan.missed is not None:
+        rows.append(
+            _occurrence(
+                schedule,
+                encrypted,
+                plan.missed.first,
+                plan.missed.first,
+                state=StartState.SKIPPED.value,
+                reason=plan.missed.reason,
+                range_last=plan.missed.last,
+                range_count=plan.missed.count,
+            )
+        )
+    for skip in plan.dst_skipped:
+        # A skip shares its instant with a fire only for expressions that name the gap's
+        # end too; the unique key then keeps the fire, which is the decision that matters.
+        rows.append(
+            _occurrence(
+                schedule,
+                encrypted,
+                skip.at,
+                skip.at,
+                nominal=skip.nominal.isoformat(),
+                dst_adjustment=skip.dst_adjustment.value,
+                state=StartState.SKIPPED.value,
+                reason="dst_gap",
+            )
+        )
+    tx.starts.insert_occurrences(rows, now)
+    tx.schedules.record(schedule.id, cursor=plan.cursor, next_fire_at=plan.next_fire_at)
