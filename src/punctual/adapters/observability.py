@@ -6,7 +6,7 @@ import logging
 import threading
 from collections.abc import Callable
 
-from prometheus_client import CollectorRegistry, Counter
+from prometheus_client import CollectorRegistry, Counter, Gauge, Histogram
 
 from punctual.ports.events import Event
 
@@ -34,6 +34,23 @@ class Metrics:
             "Dispatch attempts that will be retried after backoff.",
             registry=self.registry,
         )
+        self.dispatch_lag = Histogram(
+            "punctual_dispatch_lag_seconds",
+            "From a start's due time to its dispatch.",
+            buckets=(0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1, 2.5, 5, 10, 30, 60, 300),
+            registry=self.registry,
+        )
+        self.due_backlog = Gauge(
+            "punctual_due_backlog",
+            "Starts that are due and not yet dispatched, as last counted by this runner.",
+            registry=self.registry,
+        )
+        self.occurrences_skipped = Counter(
+            "punctual_occurrences_skipped",
+            "Occurrences not run, by reason.",
+            ["reason"],
+            registry=self.registry,
+        )
 
 
 class EventHub:
@@ -59,6 +76,14 @@ class EventHub:
         self._metrics.events.labels(event.name).inc()
         if event.name == "start.dispatched":
             self._metrics.starts_dispatched.inc()
+            lag_ms = event.data.get("lag_ms")
+            if isinstance(lag_ms, int | float):
+                self._metrics.dispatch_lag.observe(max(0.0, lag_ms / 1000))
+        elif event.name == "dispatch.backlog":
+            self._metrics.due_backlog.set(float(event.data.get("due", 0)))
+        elif event.name == "occurrence.skipped":
+            reason = str(event.data.get("reason", "unknown"))
+            self._metrics.occurrences_skipped.labels(reason).inc(float(event.data.get("count", 1)))
         elif event.name == "start.failed":
             self._metrics.starts_failed.inc()
         elif event.name == "start.retried":

@@ -182,6 +182,9 @@ class Starts(Protocol):
         """Claim due starts (and those whose lease expired) oldest first; concurrent
         claimers must never get the same start while its lease is live."""
 
+    def count_due(self, now: datetime) -> int:
+        """Starts (occurrences included) that are due and still ``scheduled``."""
+
     def earliest_due(self) -> datetime | None: ...
 
     def insert_occurrences(self, occurrences: Sequence[NewOccurrence], now: datetime) -> int:

@@ -20,6 +20,7 @@ from punctual.usecases.context import Services
 from punctual.usecases.dispatch import dispatch_due
 from punctual.usecases.doorbell import Doorbell
 from punctual.usecases.generation import LOOKAHEAD, generate
+from punctual.usecases.health import HOST
 
 log = logging.getLogger("punctual.runner")
 
@@ -83,6 +84,7 @@ class Runner:
                     next_reap = time.monotonic() + self._options.reap_every_seconds
                 if not self.status.engine_available:
                     log.info("event=engine_available runner=%s", self.id)
+                    self._note_outage(None)
                 self.status.engine_available = True
                 self.status.last_error = None
                 outage_backoff = 0.0
@@ -90,6 +92,7 @@ class Runner:
                 outage_backoff = min(_MAX_OUTAGE_BACKOFF, max(0.2, outage_backoff * 2))
                 if self.status.engine_available:
                     log.warning("event=engine_unavailable runner=%s error=%s", self.id, exc)
+                    self._note_outage(str(exc))
                 self.status.engine_available = False
                 self.status.last_error = str(exc)
                 self._stop.wait(outage_backoff)
@@ -105,6 +108,26 @@ class Runner:
             except Unavailable:
                 pause = self._options.max_idle_seconds
             self._doorbell.wait(pause)
+
+    def _note_outage(self, problem: str | None) -> None:
+        """Raise or clear the host-wide ``engine_unavailable`` finding (DP-3). Best effort:
+        when the store itself is down, the log line is the record."""
+        services = self._services
+        try:
+            with services.store.transaction() as tx:
+                if problem is None:
+                    tx.findings.clear(HOST, "engine_unavailable", "engine")
+                else:
+                    tx.findings.raise_finding(
+                        HOST,
+                        "engine_unavailable",
+                        "engine",
+                        "warning",
+                        f"dispatch is paused: {problem}",
+                        services.clock.now(),
+                    )
+        except Unavailable:
+            pass
 
     def _sleep_seconds(self) -> float:
         services = self._services

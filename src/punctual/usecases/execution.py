@@ -98,6 +98,8 @@ def reap(services: Services) -> ReapReport:
     with services.store.transaction() as tx:
         requeued, failed = tx.runs.release_lost(now, policy.max_run_attempts)
         tx.starts.release_buffered(now)
+        backlog = tx.starts.count_due(now)
         timed_out = tx.runs.time_out_pending(pending_cutoff, now, policy.pending_timeout_seconds)
         tx.definitions.prune_workers(now - timedelta(days=1))
+    services.events.emit(Event("dispatch.backlog", "*", "runner", {"due": backlog}))
     return ReapReport(requeued, failed, timed_out)

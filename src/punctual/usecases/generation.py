@@ -35,6 +35,7 @@ class GenerationReport:
 def generate(services: Services, budget: int) -> GenerationReport:
     """One pass over due schedules, generating at most ``budget`` occurrences in total."""
     report = GenerationReport()
+    missed_events: list[tuple[Schedule, int]] = []
     now = services.clock.now()
     with services.store.transaction() as tx:
         due = tx.schedules.claim_due_for_generation(now + LOOKAHEAD, budget)
@@ -50,11 +51,18 @@ def generate(services: Services, budget: int) -> GenerationReport:
             report.generated += len(plan.occurrences)
             report.missed += plan.missed.count if plan.missed else 0
             report.dst_skipped += len(plan.dst_skipped)
+            if plan.missed is not None:
+                missed_events.append((schedule, plan.missed.count))
     if report.generated:
         services.on_due_change()
-    if report.missed:
+    for schedule, count in missed_events:
         services.events.emit(
-            Event("occurrence.skipped", "*", "generation", {"missed": report.missed})
+            Event(
+                "occurrence.skipped",
+                schedule.tenant,
+                schedule.id,
+                {"reason": "missed", "count": count},
+            )
         )
     return report
 

@@ -15,6 +15,8 @@ from punctual.usecases.context import Services
 from punctual.usecases.idempotency import Mutation, Outcome
 from punctual.usecases.projections import finding_view, start_view, ts
 
+HOST = "*"
+"""The tenant of host-wide findings (an engine outage), shown in every tenant's report."""
 FAILED_LIST_LIMIT = 100
 SCHEDULE_LIST_LIMIT = 1000
 _NO_COUNTS = {"skipped_count": 0, "missed_count": 0, "failed_count": 0}
@@ -26,7 +28,9 @@ def report(services: Services, principal: Principal) -> dict[str, Any]:
     engine_up = services.engine.available()
     since = now - timedelta(seconds=services.policy.worker_liveness_seconds)
     with services.store.transaction(readonly=True) as tx:
-        findings = tx.findings.find(principal.tenant, limit=1000)
+        findings = tx.findings.find(HOST, limit=100) + tx.findings.find(
+            principal.tenant, limit=1000
+        )
         failed_count = tx.starts.count_in_state(principal.tenant, StartState.FAILED)
         failed = tx.starts.find(
             principal.tenant, StartFilter(state=StartState.FAILED.value), 0, FAILED_LIST_LIMIT
@@ -36,6 +40,8 @@ def report(services: Services, principal: Principal) -> dict[str, Any]:
         counts = tx.starts.occurrence_counts(principal.tenant)
         live = tx.schedules.find(principal.tenant, 0, SCHEDULE_LIST_LIMIT)
     open_failures = [f for f in findings if f.severity == "error" and f.acknowledged_at is None]
+    outage = any(f.kind == "engine_unavailable" for f in findings)
+    engine_up = engine_up and not outage
     degraded = bool(open_failures) or not engine_up or bool(stalled)
     return {
         "status": "degraded" if degraded else "ok",

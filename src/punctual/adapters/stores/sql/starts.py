@@ -332,6 +332,13 @@ class SqlStarts:
             for r in claimed.mappings()
         ]
 
+    def count_due(self, now: datetime) -> int:
+        """Starts and occurrences due and waiting for dispatch (the backlog gauge)."""
+        query = sa.select(sa.func.count()).where(
+            _s.state == StartState.SCHEDULED.value, _s.due_at <= now
+        )
+        return int(self._conn.execute(query).scalar_one())
+
     def earliest_due(self) -> datetime | None:
         """When the next pending start comes due (a lease expiry counts as due)."""
         query = sa.select(sa.func.min(_s.due_at)).where(_s.state == StartState.SCHEDULED.value)

@@ -1,0 +1,330 @@
+"""The activity side of the Temporal engine: run one attempt of a run's body.
+
+Temporal hands a worker the activity of a ``punctual.run`` execution; ``RunExecutor``
+turns it into a body running in one of the worker's child processes (the local engine's
+``SlotPool``, so terminate and timeouts can kill a body outright, docs/decisions/0002):
+
+1. read the run from the store by run id — its encrypted input lives only there; dispatch
+   starts the execution *before* it records the run, so the record may lag by a moment
+   and is waited for (bounded by the pending timeout, or given up as soon as the run's
+   start ended without dispatching);
+2. a run the store has already finished is not started again (a retried attempt after
+   a worker died just after recording its outcome);
+3. decrypt, record ``running`` with Temporal's attempt number, submit to a free slot;
+4. supervise: heartbeat Temporal, which is how its cancellation (cooperative: the body
+   sees ``ctx.cancel_requested``) and termination (the body is killed) arrive; and watch
+   the run in the store, so a terminate recorded there kills the body even before
+   Temporal's word arrives. Cancel is left to Temporal alone, so that a canceled body
+   ends the Temporal execution ``CANCELED`` too;
+5. record the outcome in the store (the fast path; the sync is the backstop) and answer
+   Temporal with the result, or a typed ``ApplicationError`` the sync maps back.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+import time
+from collections.abc import Callable
+from datetime import datetime
+from typing import Any
+
+from temporalio import activity
+from temporalio.exceptions import ApplicationError, ApplicationErrorCategory
+
+from punctual.adapters.engines.local.executor import Assignment, Outcome, SlotPool
+from punctual.adapters.engines.temporal.ledger import RunLedger, RunRecord
+from punctual.adapters.engines.temporal.messages import ACTIVITY_TYPE, FailureType, RunArgs
+from punctual.domain.runs import RunState
+from punctual.errors import ConfigurationError, Unavailable
+from punctual.ports.events import Event
+from punctual.usecases.context import Services
+
+log = logging.getLogger("punctual.worker.temporal")
+
+_SUPERVISE_SECONDS = 0.25
+"""How often the supervisor wakes to heartbeat (the SDK throttles what it sends)."""
+_STORE_FLAGS_SECONDS = 1.0
+"""How often a running attempt re-reads its run's state in the store (terminated?)."""
+_START_CHECK_SECONDS = 1.0
+_ENDED_STARTS = frozenset({"canceled", "failed"})
+
+
+class RunExecutor:
+    """One per worker process; shared by the Temporal workers of all its task queues."""
+
+    def __init__(self, services: Services, app_ref: str, slots: int, ledger: RunLedger) -> None:
+        self._services = services
+        self._ledger = ledger
+        self._pool = SlotPool(app_ref, slots, on_started=self._on_started, on_finished=self._done)
+        self._loop: asyncio.AbstractEventLoop | None = None
+        self._waiting: dict[str, asyncio.Future[Outcome]] = {}
+        self._attempts: dict[str, int] = {}
+        """The attempt of each run that this worker currently executes."""
+
+    def start(self, loop: asyncio.AbstractEventLoop) -> None:
+        """Spawn the slot processes (blocking: each imports the app)."""
+        self._loop = loop
+        self._pool.start()
+
+    def close(self, grace_seconds: float) -> None:
+        self._pool.close(grace_seconds)
+
+    # ---- the activity ----------------------------------------------------------------
+
+    @activity.defn(name=ACTIVITY_TYPE)
+    async def execute(self, args: RunArgs) -> Any:
+        attempt = activity.info().attempt
+        record = await self._wait_for_record(args)
+        if not record.active:
+            return self._already_ended(record)
+        payload = await self._decrypt(record, attempt)
+        if not await self._mark_running(record, attempt):
+            # Ended in the store since we read it (canceled while still pending).
+            ended = await asyncio.to_thread(self._ledger.load, record.id)
+            return self._already_ended(ended or record)
+        self._attempts[record.id] = attempt  # an older attempt still here no longer records
+        try:
+            outcome, canceled_by_temporal = await self._run_body(record, attempt, payload)
+        finally:
+            current = self._attempts.get(record.id) == attempt
+            if current:
+                del self._attempts[record.id]
+        if current:
+            state = RunState(outcome.state)
+            await self._record(record, attempt, state, outcome.result, outcome.error)
+        return self._answer(outcome, canceled_by_temporal)
+
+    # ---- steps -----------------------------------------------------------------------
+
+    async def _decrypt(self, record: RunRecord, attempt: int) -> Any:
+        try:
+            return await asyncio.to_thread(
+                self._services.codec.decrypt, record.input, record.tenant
+            )
+        except ConfigurationError as exc:  # its key left the key ring
+            error = {"type": "InputUndecryptable", "message": str(exc), "traceback": ""}
+            await self._record(record, attempt, RunState.FAILED, None, error)
+            raise ApplicationError(
+                str(exc), error, type=FailureType.FAILED, non_retryable=True
+            ) from None
+
+    async def _mark_running(self, record: RunRecord, attempt: int) -> bool:
+        """Running from here on, like a local worker's claim: a cancel now reaches the body
+        cooperatively instead of ending a "pending" run on the spot. False if it ended."""
+        try:
+            return await asyncio.to_thread(
+                self._ledger.mark_running, record.id, attempt, self._now()
+            )
+        except Unavailable as exc:
+            log.warning("event=run_store_write_failed run=%s error=%s", record.id, exc)
+            return True  # run anyway; the sync records "running" from Temporal later
+
+    async def _run_body(
+        self, record: RunRecord, attempt: int, payload: Any
+    ) -> tuple[Outcome, bool]:
+        await self._free_slot(record.id)
+        future: asyncio.Future[Outcome] = asyncio.get_running_loop().create_future()
+        self._waiting[record.id] = future
+        try:
+            self._pool.submit(
+                Assignment(
+                    run_id=record.id,
+                    workflow=record.workflow,
+                    version=record.definition_version,
+                    payload=payload,
+                    attempt=attempt,
+                    origin=record.origin,
+                    timeout_seconds=record.timeout_seconds,
+                )
+            )
+        except RuntimeError as exc:  # the pool is closing: this worker is stopping
+            self._waiting.pop(record.id, None)
+            raise ApplicationError(
+                f"worker stopping: {exc}", type=FailureType.WORKER_SHUTDOWN
+            ) from None
+        if record.cancel_requested:
+            self._pool.cancel(record.id)
+        return await self._supervise(record.id, future)
+
+    async def _wait_for_record(self, args: RunArgs) -> RunRecord:
+        """The run as recorded by dispatch, which commits just after starting us."""
+        deadline = args.ordered_at + args.pending_timeout_seconds
+        delay = 0.02
+        next_start_check = time.monotonic() + _START_CHECK_SECONDS
+        while True:
+            try:
+                record = await asyncio.to_thread(self._ledger.load, args.run_id)
+            except Unavailable as exc:
+                log.warning("event=run_record_unreadable run=%s error=%s", args.run_id, exc)
+            else:
+                if record is not None:
+                    return record
+                if time.time() > deadline:
+                    self._not_recorded(args, "within the pending timeout")
+                if time.monotonic() >= next_start_check:
+                    next_start_check = time.monotonic() + _START_CHECK_SECONDS
+                    start_state = await asyncio.to_thread(self._ledger.start_state, args.run_id)
+                    if start_state in _ENDED_STARTS:
+                        self._not_recorded(args, f"and its start ended {start_state}")
+            activity.heartbeat()
+            await asyncio.sleep(delay)
+            delay = min(delay * 2, 1.0)
+
+    @staticmethod
+    def _not_recorded(args: RunArgs, why: str) -> None:
+        message = f"run {args.run_id} was started in Temporal but never recorded {why}"
+        raise ApplicationError(
+            message,
+            {"type": "NotRecorded", "message": message},
+            type=FailureType.NOT_RECORDED,
+            non_retryable=True,
+        )
+
+    @staticmethod
+    def _already_ended(record: RunRecord) -> Any:
+        """The answer for a run the store finished before this attempt ran its body."""
+        if record.state is RunState.COMPLETED:
+            return record.result
+        message = f"run {record.id} had already ended {record.state.value}; not run again"
+        raise ApplicationError(
+            message,
+            record.error or {"reason": message},
+            type=FailureType.ALREADY_ENDED,
+            non_retryable=True,
+            category=ApplicationErrorCategory.BENIGN,
+        )
+
+    async def _free_slot(self, run_id: str) -> None:
+        """Wait (heartbeating) for a slot; stop an older attempt of this run still here."""
+        while True:
+            if run_id in self._waiting or run_id in self._pool.running():
+                # Temporal gave up on that attempt (its heartbeat timed out) and retried.
+                self._pool.terminate(run_id)
+            elif self._pool.free_slots() > 0:
+                return
+            activity.heartbeat()
+            await asyncio.sleep(0.05)
+
+    async def _supervise(
+        self, run_id: str, future: asyncio.Future[Outcome]
+    ) -> tuple[Outcome, bool]:
+        """Wait for the body's outcome; relay cancel (cooperative) and terminate (kill)."""
+        loop = asyncio.get_running_loop()
+        canceled_by_temporal = False
+        next_flags = loop.time() + _STORE_FLAGS_SECONDS
+        while True:
+            try:
+                if future.done():
+                    return future.result(), canceled_by_temporal
+                await asyncio.wait({future}, timeout=_SUPERVISE_SECONDS)
+                if future.done():
+                    continue
+                activity.heartbeat()
+                if loop.time() >= next_flags:
+                    next_flags = loop.time() + _STORE_FLAGS_SECONDS
+                    await self._apply_store_flags(run_id)
+            except asyncio.CancelledError:
+                details = activity.cancellation_details()
+                if details is not None and details.cancel_requested:
+                    # WF-5: cooperative. The body sees ctx.cancel_requested and decides.
+                    canceled_by_temporal = True
+                    self._pool.cancel(run_id)
+                    task = asyncio.current_task()
+                    if task is not None:
+                        task.uncancel()
+                    continue
+                # Terminated or closed in Temporal (not found), the attempt timed out, or
+                # the worker is stopping: the body must not run on unsupervised.
+                self._waiting.pop(run_id, None)
+                self._pool.terminate(run_id)
+                if details is not None and details.worker_shutdown:
+                    raise ApplicationError(
+                        "the worker stopped while the body ran; retried as a new attempt",
+                        type=FailureType.WORKER_SHUTDOWN,
+                    ) from None
+                raise
+
+    async def _apply_store_flags(self, run_id: str) -> None:
+        try:
+            flags = await asyncio.to_thread(self._ledger.flags, run_id)
+        except Unavailable:
+            return
+        if flags is None:
+            return
+        state, _ = flags
+        if state not in (RunState.PENDING, RunState.RUNNING, RunState.CANCELED):
+            # Terminated in the store (or ended by another attempt): stop the body now.
+            # A cancel stays cooperative: it reaches the body through Temporal.
+            self._pool.terminate(run_id)
+
+    @staticmethod
+    def _answer(outcome: Outcome, canceled_by_temporal: bool) -> Any:
+        error = outcome.error or {}
+        if outcome.state == "completed":
+            return outcome.result
+        if outcome.state == "canceled" and canceled_by_temporal:
+            raise asyncio.CancelledError(error.get("reason", "canceled"))
+        failure_type = {
+            "failed": FailureType.FAILED,
+            "canceled": FailureType.CANCELED,
+            "timed_out": FailureType.TIMED_OUT,
+            "terminated": FailureType.TERMINATED,
+        }[outcome.state]
+        message = str(error.get("message") or error.get("reason") or outcome.state)
+        if "type" in error:
+            message = f"{error['type']}: {message}"
+        # BENIGN: the run's outcome, recorded as such, not a fault of this worker (the SDK
+        # then logs it at DEBUG instead of a WARNING with a traceback per failed run).
+        raise ApplicationError(
+            message,
+            error,
+            type=failure_type,
+            non_retryable=True,
+            category=ApplicationErrorCategory.BENIGN,
+        )
+
+    async def _record(
+        self,
+        record: RunRecord,
+        attempt: int,
+        state: RunState,
+        result: Any,
+        error: dict[str, Any] | None,
+    ) -> None:
+        recorded = await self._store(
+            self._ledger.finish, record.id, state, attempt, result, error, self._now()
+        )
+        if recorded:
+            self._services.events.emit(
+                Event(f"run.{state.value}", record.tenant, record.id, {"attempt": attempt})
+            )
+        log.info(
+            "event=run_%s run=%s attempt=%d recorded=%s", state.value, record.id, attempt, recorded
+        )
+
+    async def _store(self, call: Callable[..., Any], *args: Any) -> bool:
+        """A best-effort store write: the sync records from Temporal what this one missed."""
+        try:
+            return bool(await asyncio.to_thread(call, *args))
+        except Unavailable as exc:
+            log.warning("event=run_store_write_failed error=%s", exc)
+            return False
+
+    def _now(self) -> datetime:
+        return self._services.clock.now()
+
+    # ---- slot pool callbacks (its monitor thread) --------------------------------------
+
+    def _on_started(self, run_id: str) -> None:
+        log.debug("event=run_body_started run=%s", run_id)
+
+    def _done(self, outcome: Outcome) -> None:
+        loop = self._loop
+        if loop is not None and not loop.is_closed():
+            loop.call_soon_threadsafe(self._resolve, outcome)
+
+    def _resolve(self, outcome: Outcome) -> None:
+        future = self._waiting.pop(outcome.run_id, None)
+        if future is not None and not future.done():
+            future.set_result(outcome)

@@ -1,0 +1,396 @@
+"""The Temporal engine adapter: a run is a Temporal workflow execution whose id is the run id.
+
+punctual's runner and API are synchronous and threaded; the Temporal SDK is asyncio. The
+engine owns one event loop in a daemon thread and one client connection on it, and every
+port call submits a coroutine to that loop and waits for it with a bound, so a caller
+thread never blocks forever on Temporal.
+
+Idempotency (WF-6, DP-2): a start uses the run id as workflow id with
+``WorkflowIDConflictPolicy.USE_EXISTING`` (a retry while the execution runs returns the
+same execution) and ``WorkflowIDReusePolicy.REJECT_DUPLICATE`` (a retry after it closed is
+refused, and the refusal means "already started", not an error). So any number of
+dispatch retries, from any number of runners, converge on one execution.
+
+Outages (DP-3): every failure to reach Temporal is raised as ``EngineUnavailable`` (never
+a start-specific error), so dispatch releases its claims uncharged and pauses.
+
+``loaded`` answers from the store's worker heartbeats (workers of engine ``temporal``), not
+from Temporal's poller list: pollers say which task queues are polled, not which workflow
+*versions* a worker can run, and dispatch must not depend on Temporal to resolve versions.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import concurrent.futures
+import logging
+import math
+import socket
+import threading
+import time
+from collections.abc import Awaitable, Callable, Coroutine, Sequence
+from dataclasses import dataclass
+from datetime import UTC, datetime, timedelta
+from typing import Any, Literal, TypeVar
+
+from temporalio.api.enums.v1 import PendingActivityState
+from temporalio.api.history.v1 import HistoryEvent
+from temporalio.client import Client, WorkflowExecutionStatus
+from temporalio.common import Priority, WorkflowIDConflictPolicy, WorkflowIDReusePolicy
+from temporalio.exceptions import ApplicationError, TemporalError, WorkflowAlreadyStartedError
+from temporalio.service import RetryConfig, RPCError, RPCStatusCode
+
+from punctual.adapters.engines.temporal.messages import (
+    RUN_STATE_OF_FAILURE,
+    WORKFLOW_TYPE,
+    RunArgs,
+)
+from punctual.ports.clock import Clock
+from punctual.ports.engine import EngineUnavailable, RunOrder
+from punctual.ports.store import Store
+
+log = logging.getLogger("punctual.engine.temporal")
+
+T = TypeVar("T")
+
+ENGINE_NAME = "temporal"
+
+ObservedState = Literal[
+    "missing", "pending", "running", "completed", "failed", "canceled", "terminated", "timed_out"
+]
+
+_REACH_ERRORS = (RPCError, RuntimeError, OSError, TimeoutError, TemporalError)
+"""What the SDK raises when the server cannot be reached or answers with an error."""
+
+
+@dataclass(frozen=True)
+class TemporalOptions:
+    address: str = "127.0.0.1:7233"
+    namespace: str = "default"
+    heartbeat_timeout_seconds: float = 10.0
+    """A worker that does not heartbeat an attempt for this long is lost (retried)."""
+    rpc_timeout_seconds: float = 5.0
+    """Bound of one call to Temporal, retries included."""
+    connect_timeout_seconds: float = 3.0
+    max_concurrent_calls: int = 32
+    """Calls in flight at once for a batch (a dispatch page, a sync page)."""
+
+
+@dataclass(frozen=True)
+class Observation:
+    """What Temporal says about one run (for ``sync_runs``)."""
+
+    run_id: str
+    state: ObservedState
+    attempts: int = 0
+    result: Any = None
+    error: dict[str, Any] | None = None
+    ended_at: datetime | None = None
+
+
+class LoopThread:
+    """An asyncio loop in a daemon thread; sync callers submit coroutines and wait, bounded."""
+
+    def __init__(self, name: str) -> None:
+        self._loop = asyncio.new_event_loop()
+        self._thread = threading.Thread(target=self._serve, name=name, daemon=True)
+        self._thread.start()
+
+    def _serve(self) -> None:
+        asyncio.set_event_loop(self._loop)
+        self._loop.run_forever()
+
+    def call(self, coro: Coroutine[Any, Any, T], timeout: float, what: str) -> T:
+        if threading.current_thread() is self._thread:
+            coro.close()
+            raise RuntimeError("LoopThread.call from its own loop would deadlock")
+        future = asyncio.run_coroutine_threadsafe(coro, self._loop)
+        try:
+            return future.result(timeout)
+        except concurrent.futures.TimeoutError:
+            future.cancel()
+            raise EngineUnavailable(
+                f"Temporal did not answer {what} within {timeout:g} s", code="engine_unavailable"
+            ) from None
+
+    def close(self) -> None:
+        if self._loop.is_closed():
+            return
+        self._loop.call_soon_threadsafe(self._loop.stop)
+        self._thread.join(timeout=10)
+        if not self._thread.is_alive():
+            self._loop.close()
+
+
+class TemporalEngine:
+    """The Engine port over a Temporal server (see the module docstring)."""
+
+    name = ENGINE_NAME
+
+    def __init__(
+        self,
+        store: Store,
+        clock: Clock,
+        *,
+        liveness_seconds: float,
+        pending_timeout_seconds: float = 3600.0,
+        max_attempts: int = 10,
+        options: TemporalOptions | None = None,
+    ) -> None:
+        self._store = store
+        self._clock = clock
+        self._liveness = timedelta(seconds=liveness_seconds)
+        self._pending_timeout = pending_timeout_seconds
+        self._max_attempts = max_attempts
+        self.options = options or TemporalOptions()
+        self._bridge = LoopThread(f"temporal-engine-{self.options.namespace}")
+        self._client: Client | None = None
+        self._connect_lock: asyncio.Lock | None = None
+        self._closed = False
+
+    # ---- the Engine port ---------------------------------------------------------------
+
+    def start(self, orders: Sequence[RunOrder]) -> None:
+        """One execution per run id; a repeated start converges on it (WF-6)."""
+        if not orders:
+            return
+        unique = list({order.run_id: order for order in orders}.values())
+        now = time.time()
+
+        async def start_all(client: Client) -> None:
+            await self._gather(client, [self._start_one(client, o, now) for o in unique])
+
+        self._call(start_all, f"starting {len(unique)} run(s)", len(unique))
+
+    def on_recorded(self, orders: Sequence[RunOrder]) -> None:
+        """Nothing to wake: Temporal pushes the work to the workers' pollers."""
+
+    def cancel(self, tenant: str, run_id: str) -> None:
+        """Request Temporal cancellation; the body sees it through its RunContext (WF-5)."""
+
+        async def cancel(client: Client) -> None:
+            try:
+                await client.get_workflow_handle(run_id).cancel(rpc_timeout=self._rpc_timeout)
+            except RPCError as exc:
+                if exc.status != RPCStatusCode.NOT_FOUND:
+                    raise
+                # Already closed or never started here: nothing left to cancel.
+
+        self._call(cancel, f"canceling run {run_id}")
+
+    def terminate(self, tenant: str, run_id: str) -> None:
+        """Terminate the execution; the worker kills the body when Temporal tells it."""
+
+        async def terminate(client: Client) -> None:
+            try:
+                await client.get_workflow_handle(run_id).terminate(
+                    reason="terminated through punctual", rpc_timeout=self._rpc_timeout
+                )
+            except RPCError as exc:
+                if exc.status != RPCStatusCode.NOT_FOUND:
+                    raise
+
+        self._call(terminate, f"terminating run {run_id}")
+
+    def available(self) -> bool:
+        """Connect if needed and ask the frontend's health service; never raises."""
+
+        async def probe(client: Client) -> bool:
+            return await client.service_client.check_health(
+                timeout=timedelta(seconds=self.options.connect_timeout_seconds)
+            )
+
+        try:
+            return self._call(probe, "a health check")
+        except EngineUnavailable:
+            return False
+
+    def loaded(self) -> set[tuple[str, str, str]]:
+        since = self._clock.now() - self._liveness
+        with self._store.transaction(readonly=True) as tx:
+            workers = tx.definitions.live_workers(since)
+        return {item for w in workers if w.engine == ENGINE_NAME for item in w.loaded}
+
+    # ---- for the sync ------------------------------------------------------------------
+
+    def observe(self, run_ids: Sequence[str]) -> dict[str, Observation]:
+        """Temporal's view of each run: state, attempts, and result or error once closed."""
+        if not run_ids:
+            return {}
+
+        async def observe_all(client: Client) -> list[Observation]:
+            return await self._gather(client, [self._observe_one(client, r) for r in run_ids])
+
+        found = self._call(observe_all, f"describing {len(run_ids)} run(s)", len(run_ids))
+        return {observation.run_id: observation for observation in found}
+
+    def close(self) -> None:
+        if self._closed:
+            return
+        self._closed = True
+        self._bridge.close()
+
+    # ---- internals ---------------------------------------------------------------------
+
+    @property
+    def _rpc_timeout(self) -> timedelta:
+        return timedelta(seconds=self.options.rpc_timeout_seconds)
+
+    def _call(self, action: Callable[[Client], Awaitable[T]], what: str, batch: int = 1) -> T:
+        if self._closed:
+            raise EngineUnavailable("the Temporal engine was closed", code="engine_unavailable")
+        opts = self.options
+        rounds = math.ceil(batch / opts.max_concurrent_calls)
+        bound = opts.connect_timeout_seconds + opts.rpc_timeout_seconds * (1 + rounds) + 1
+
+        async def run() -> T:
+            client = await self._connected()
+            return await action(client)
+
+        try:
+            return self._bridge.call(run(), bound, what)
+        except EngineUnavailable:
+            raise
+        except _REACH_ERRORS as exc:
+            raise EngineUnavailable(
+                f"Temporal at {opts.address} (namespace {opts.namespace!r}) failed {what}: {exc}",
+                code="engine_unavailable",
+            ) from exc
+
+    async def _connected(self) -> Client:
+        if self._client is not None:
+            return self._client
+        if self._connect_lock is None:
+            self._connect_lock = asyncio.Lock()
+        async with self._connect_lock:
+            if self._client is None:
+                opts = self.options
+                self._client = await Client.connect(
+                    opts.address,
+                    namespace=opts.namespace,
+                    identity=f"punctual-engine@{socket.gethostname()}",
+                    connect_timeout=timedelta(seconds=opts.connect_timeout_seconds),
+                    retry_config=RetryConfig(
+                        max_retries=3,
+                        max_elapsed_time_millis=int(opts.rpc_timeout_seconds * 1000),
+                    ),
+                )
+                log.info("event=temporal_connected address=%s", opts.address)
+            return self._client
+
+    async def _gather(self, client: Client, calls: Sequence[Awaitable[T]]) -> list[T]:
+        limit = asyncio.Semaphore(self.options.max_concurrent_calls)
+
+        async def bounded(call: Awaitable[T]) -> T:
+            async with limit:
+                return await call
+
+        return list(await asyncio.gather(*(bounded(c) for c in calls)))
+
+    def run_args(self, order: RunOrder, ordered_at: float) -> RunArgs:
+        return RunArgs(
+            run_id=order.run_id,
+            tenant=order.tenant,
+            workflow=order.workflow,
+            version=order.definition_version,
+            timeout_seconds=order.timeout_seconds,
+            pending_timeout_seconds=self._pending_timeout,
+            heartbeat_timeout_seconds=self.options.heartbeat_timeout_seconds,
+            max_attempts=self._max_attempts,
+            ordered_at=ordered_at,
+        )
+
+    async def _start_one(self, client: Client, order: RunOrder, ordered_at: float) -> None:
+        try:
+            await client.start_workflow(
+                WORKFLOW_TYPE,
+                self.run_args(order, ordered_at),
+                id=order.run_id,
+                task_queue=order.task_queue,
+                id_conflict_policy=WorkflowIDConflictPolicy.USE_EXISTING,
+                id_reuse_policy=WorkflowIDReusePolicy.REJECT_DUPLICATE,
+                priority=Priority(priority_key=order.priority),
+                memo={
+                    "tenant": order.tenant,
+                    "workflow": order.workflow,
+                    "version": order.definition_version,
+                },
+                static_summary=(
+                    f"{order.workflow} v{order.definition_version} for tenant {order.tenant}"
+                ),
+                rpc_timeout=self._rpc_timeout,
+            )
+        except WorkflowAlreadyStartedError:
+            # A closed execution with this id exists: this run already started once.
+            log.debug("event=temporal_start_converged run=%s", order.run_id)
+
+    async def _observe_one(self, client: Client, run_id: str) -> Observation:
+        handle = client.get_workflow_handle(run_id)
+        try:
+            description = await handle.describe(rpc_timeout=self._rpc_timeout)
+        except RPCError as exc:
+            if exc.status == RPCStatusCode.NOT_FOUND:
+                return Observation(run_id, "missing")
+            raise
+        if description.status == WorkflowExecutionStatus.RUNNING:
+            return _running(run_id, description.raw_description.pending_activities)
+        history = await handle.fetch_history(rpc_timeout=self._rpc_timeout)
+        return await _closed(client, run_id, history.events)
+
+
+def _running(run_id: str, pending: Sequence[Any]) -> Observation:
+    if not pending:
+        return Observation(run_id, "pending")
+    activity = pending[0]
+    started = activity.state != PendingActivityState.PENDING_ACTIVITY_STATE_SCHEDULED
+    attempts = activity.attempt if started else activity.attempt - 1
+    return Observation(run_id, "running" if attempts > 0 else "pending", attempts=attempts)
+
+
+async def _closed(client: Client, run_id: str, events: Sequence[HistoryEvent]) -> Observation:
+    attempts = 0
+    for event in events:
+        if event.HasField("activity_task_started_event_attributes"):
+            attempts = max(attempts, event.activity_task_started_event_attributes.attempt)
+    last = events[-1]
+    ended_at = last.event_time.ToDatetime(tzinfo=UTC)
+    converter = client.data_converter
+    if last.HasField("workflow_execution_completed_event_attributes"):
+        payloads = last.workflow_execution_completed_event_attributes.result.payloads
+        values = await converter.decode(payloads) if payloads else [None]
+        return Observation(run_id, "completed", attempts, values[0], None, ended_at)
+    if last.HasField("workflow_execution_failed_event_attributes"):
+        failure = await converter.decode_failure(
+            last.workflow_execution_failed_event_attributes.failure
+        )
+        state, error = _failure(failure)
+        return Observation(run_id, state, attempts, None, error, ended_at)
+    if last.HasField("workflow_execution_canceled_event_attributes"):
+        error = {"reason": "canceled on request"}
+        return Observation(run_id, "canceled", attempts, None, error, ended_at)
+    if last.HasField("workflow_execution_terminated_event_attributes"):
+        reason = last.workflow_execution_terminated_event_attributes.reason
+        error = {"reason": reason or "terminated in Temporal"}
+        return Observation(run_id, "terminated", attempts, None, error, ended_at)
+    if last.HasField("workflow_execution_timed_out_event_attributes"):
+        error = {"reason": "the Temporal workflow execution timed out"}
+        return Observation(run_id, "timed_out", attempts, None, error, ended_at)
+    error = {
+        "type": "UnexpectedClose",
+        "message": f"the Temporal execution closed with event {last.event_type}",
+    }
+    return Observation(run_id, "failed", attempts, None, error, ended_at)
+
+
+def _failure(failure: BaseException) -> tuple[ObservedState, dict[str, Any]]:
+    if isinstance(failure, ApplicationError):
+        state = RUN_STATE_OF_FAILURE.get(failure.type or "", "failed")
+        detail = failure.details[0] if failure.details else None
+        if isinstance(detail, dict):
+            return state, detail  # type: ignore[return-value]
+        return state, {"type": failure.type or "ApplicationError", "message": failure.message}  # type: ignore[return-value]
+    return "failed", {"type": type(failure).__name__, "message": str(failure)}
+
+
+def now_utc() -> datetime:
+    return datetime.now(UTC)

@@ -1,0 +1,71 @@
+"""What crosses the Temporal boundary: type names, failure types and the workflow argument.
+
+Kept to the standard library so the workflow sandbox can pass it through without
+importing anything non-deterministic. The argument carries no input: the activity
+reads the encrypted input from the store by run id, so neither clear text nor
+ciphertext of a run's input ever enters Temporal history (docs/decisions/0003).
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+WORKFLOW_TYPE = "punctual.run"
+"""The one Temporal workflow type every punctual run executes as."""
+
+ACTIVITY_TYPE = "punctual.execute"
+"""Its single activity: runs the user's workflow body in a worker's child process."""
+
+
+class FailureType:
+    """``ApplicationError.type`` values; the sync maps them back to run states."""
+
+    FAILED = "punctual.Failed"
+    """The body raised, or could not be started (unknown version, undecryptable input)."""
+    CANCELED = "punctual.Canceled"
+    """The body ended after a cancel that reached it through the store, not Temporal."""
+    TIMED_OUT = "punctual.TimedOut"
+    """Execution timeout, or no worker picked the run up within the pending timeout."""
+    TERMINATED = "punctual.Terminated"
+    """The store recorded the run terminated; the body was killed."""
+    WORKER_LOST = "punctual.WorkerLost"
+    """Every attempt lost its worker (heartbeat timeouts)."""
+    NOT_RECORDED = "punctual.NotRecorded"
+    """The dispatch that started the execution never recorded the run (its start ended)."""
+    ALREADY_ENDED = "punctual.AlreadyEnded"
+    """The store had already finished the run; the body was not started again."""
+    WORKER_SHUTDOWN = "punctual.WorkerShutdown"
+    """The worker stopped under the body; retryable, so another worker takes the run."""
+
+
+RUN_STATE_OF_FAILURE = {
+    FailureType.FAILED: "failed",
+    FailureType.CANCELED: "canceled",
+    FailureType.TIMED_OUT: "timed_out",
+    FailureType.TERMINATED: "terminated",
+    FailureType.WORKER_LOST: "failed",
+    FailureType.NOT_RECORDED: "failed",
+    FailureType.ALREADY_ENDED: "failed",
+    FailureType.WORKER_SHUTDOWN: "failed",
+}
+"""Run state for a workflow that failed with one of our types; anything else is ``failed``."""
+
+
+@dataclass(frozen=True)
+class RunArgs:
+    """The argument of every ``punctual.run`` execution (the workflow id is the run id)."""
+
+    run_id: str
+    tenant: str
+    workflow: str
+    version: str
+    timeout_seconds: float
+    """Execution timeout of one attempt of the body (WF-7)."""
+    pending_timeout_seconds: float
+    """How long the run may wait for a worker (schedule-to-start) or for its record."""
+    heartbeat_timeout_seconds: float
+    """A worker silent for this long is lost; the attempt is retried elsewhere."""
+    max_attempts: int
+    """Attempts after lost workers before the run fails (never retries a raising body)."""
+    ordered_at: float
+    """Unix time at which dispatch asked for the run; bounds the wait for its record."""

@@ -1,0 +1,189 @@
+"""Bring Temporal's view of runs back into the store (WF-8: the store is the source of truth).
+
+Workers record a run's start and outcome in the store themselves (the fast path), but
+some ends happen where no punctual code runs: a terminate or cancel issued in Temporal
+directly, a run canceled before any worker took it, a schedule-to-start timeout, every
+attempt losing its worker, or a worker that could not write because the store was down.
+``sync_runs`` closes those gaps: for every pending or running Temporal run in the store it
+describes the execution and records state, attempts and result or error. Reads
+(``GET /runs/{id}``) only ever read the store, so they keep working while Temporal is
+down; the sync simply catches up when it is back.
+
+It is idempotent and bounded (pages of ``page_size`` runs, a bounded number of calls in
+flight), so the runner can call it on a timer; ``SyncLoop`` does exactly that in a
+thread. A run Temporal has never heard of is started again when it never ran
+(restoring after an engine outage lost its state, DP-6), or failed when it was running.
+"""
+
+from __future__ import annotations
+
+import logging
+import threading
+from dataclasses import dataclass, field
+
+from punctual.adapters.engines.temporal.engine import Observation, TemporalEngine
+from punctual.adapters.engines.temporal.ledger import RunLedger, RunRecord, SqlRunLedger
+from punctual.domain.runs import RunState
+from punctual.errors import Unavailable
+from punctual.ports.engine import RunOrder
+from punctual.ports.events import Event
+from punctual.usecases.context import Services
+
+log = logging.getLogger("punctual.sync.temporal")
+
+
+@dataclass
+class SyncReport:
+    observed: int = 0
+    started: list[str] = field(default_factory=list)
+    """Runs the store now shows running (or with more attempts)."""
+    finished: list[str] = field(default_factory=list)
+    restarted: list[str] = field(default_factory=list)
+    """Pending runs Temporal had no execution for, started again."""
+    lost: list[str] = field(default_factory=list)
+    """Running runs Temporal had no execution for, recorded failed."""
+
+
+def sync_runs(
+    services: Services,
+    engine: TemporalEngine,
+    *,
+    ledger: RunLedger | None = None,
+    page_size: int = 200,
+) -> SyncReport:
+    """One pass over every active Temporal run. Raises ``Unavailable`` on outages (the
+    store's or, as ``EngineUnavailable``, Temporal's); nothing is lost by a failed pass."""
+    ledger = ledger or SqlRunLedger(services.store)
+    report = SyncReport()
+    after = 0
+    while True:
+        page = ledger.active(after, page_size)
+        if not page:
+            break
+        after = page[-1].seq
+        observed = engine.observe([record.id for record in page])
+        report.observed += len(page)
+        restart: list[RunRecord] = []
+        for record in page:
+            observation = observed.get(record.id)
+            if observation is None:
+                continue
+            if observation.state == "missing":
+                if record.state is RunState.PENDING and record.attempts == 0:
+                    restart.append(record)
+                else:
+                    _lose(services, ledger, record, report)
+                continue
+            _apply(services, ledger, record, observation, report)
+        if restart:
+            engine.start([_order(record) for record in restart])
+            report.restarted.extend(record.id for record in restart)
+            log.warning(
+                "event=temporal_runs_restarted count=%d runs=%s",
+                len(restart),
+                ",".join(r.id for r in restart),
+            )
+        if len(page) < page_size:
+            break
+    return report
+
+
+def _apply(
+    services: Services,
+    ledger: RunLedger,
+    record: RunRecord,
+    observation: Observation,
+    report: SyncReport,
+) -> None:
+    now = services.clock.now()
+    if observation.state == "pending":
+        return
+    if observation.state == "running":
+        behind = record.state is RunState.PENDING or observation.attempts > record.attempts
+        if behind and ledger.mark_running(record.id, observation.attempts, now):
+            report.started.append(record.id)
+        return
+    state = RunState(observation.state)
+    ended_at = observation.ended_at or now
+    attempts = max(observation.attempts, record.attempts)
+    if ledger.finish(record.id, state, attempts, observation.result, observation.error, ended_at):
+        report.finished.append(record.id)
+        services.events.emit(
+            Event(f"run.{state.value}", record.tenant, record.id, {"attempt": attempts})
+        )
+
+
+def _lose(services: Services, ledger: RunLedger, record: RunRecord, report: SyncReport) -> None:
+    error = {
+        "type": "EngineExecutionLost",
+        "message": (
+            f"Temporal has no execution for run {record.id} although it was running; its "
+            "history was lost (namespace reset or restored from an older backup?)"
+        ),
+    }
+    now = services.clock.now()
+    if ledger.finish(record.id, RunState.FAILED, record.attempts, None, error, now):
+        report.lost.append(record.id)
+        services.events.emit(
+            Event("run.failed", record.tenant, record.id, {"attempt": record.attempts})
+        )
+
+
+def _order(record: RunRecord) -> RunOrder:
+    return RunOrder(
+        run_id=record.id,
+        tenant=record.tenant,
+        workflow=record.workflow,
+        definition_version=record.definition_version,
+        task_queue=record.task_queue,
+        priority=record.priority,
+        timeout_seconds=record.timeout_seconds,
+        origin=record.origin,
+    )
+
+
+class SyncLoop:
+    """Calls ``sync_runs`` every ``interval_seconds`` in a daemon thread until stopped."""
+
+    def __init__(
+        self, services: Services, engine: TemporalEngine, interval_seconds: float = 2.0
+    ) -> None:
+        self._services = services
+        self._engine = engine
+        self._interval = interval_seconds
+        self._stop = threading.Event()
+        self._wake = threading.Event()
+        self._thread: threading.Thread | None = None
+        self.last_report: SyncReport | None = None
+        self.last_error: str | None = None
+
+    def start(self) -> None:
+        self._thread = threading.Thread(target=self._loop, name="temporal-sync", daemon=True)
+        self._thread.start()
+
+    def wake(self) -> None:
+        """Sync now instead of at the next tick."""
+        self._wake.set()
+
+    def stop(self, timeout: float = 10.0) -> None:
+        self._stop.set()
+        self._wake.set()
+        if self._thread is not None:
+            self._thread.join(timeout)
+
+    def _loop(self) -> None:
+        while not self._stop.is_set():
+            try:
+                self.last_report = sync_runs(self._services, self._engine)
+                if self.last_error is not None:
+                    log.info("event=temporal_sync_recovered")
+                self.last_error = None
+            except Unavailable as exc:
+                if self.last_error is None:
+                    log.warning("event=temporal_sync_unavailable error=%s", exc)
+                self.last_error = str(exc)
+            except Exception as exc:
+                log.exception("event=temporal_sync_failed")
+                self.last_error = str(exc)
+            self._wake.wait(self._interval)
+            self._wake.clear()

@@ -1,0 +1,116 @@
+"""The one generic Temporal workflow every punctual run executes as: ``PunctualRun``.
+
+User workflows are plain Python functions (WF-1) that do I/O freely, so they cannot run
+as Temporal workflow code (which must be deterministic and replayable). The Temporal
+workflow is therefore a thin, fixed shell around a single activity that runs the body in
+a worker's child process; Temporal contributes what it is good at: durable dispatch to
+task queues with priority, retries of lost workers (heartbeat timeout) as new attempts,
+timeouts, cancellation and termination (docs/decisions/0003).
+
+This module is imported inside the workflow sandbox: it must stay deterministic and must
+not start anything at import time. It imports only ``temporalio`` and ``messages``.
+"""
+
+from __future__ import annotations
+
+from datetime import timedelta
+from typing import Any
+
+from temporalio import workflow
+from temporalio.common import RetryPolicy
+from temporalio.exceptions import (
+    ActivityError,
+    ApplicationError,
+    CancelledError,
+    TimeoutType,
+)
+from temporalio.exceptions import TimeoutError as TemporalTimeoutError
+
+with workflow.unsafe.imports_passed_through():
+    from punctual.adapters.engines.temporal.messages import (
+        ACTIVITY_TYPE,
+        WORKFLOW_TYPE,
+        FailureType,
+        RunArgs,
+    )
+
+START_TO_CLOSE_GRACE = timedelta(seconds=30)
+"""Slack on top of the body's own deadline, which the worker enforces by killing the body;
+Temporal's start-to-close is only the backstop for a worker that stops reporting."""
+
+
+def retry_policy(args: RunArgs) -> RetryPolicy:
+    """Lost workers are retried as new attempts; raising bodies never are (WF-4)."""
+    return RetryPolicy(
+        initial_interval=timedelta(seconds=1),
+        backoff_coefficient=2.0,
+        maximum_interval=timedelta(seconds=30),
+        maximum_attempts=max(1, args.max_attempts),
+    )
+
+
+@workflow.defn(name=WORKFLOW_TYPE)
+class PunctualRun:
+    """Run one punctual run: one activity, whose result or failure is the workflow's."""
+
+    @workflow.run
+    async def run(self, args: RunArgs) -> Any:
+        try:
+            return await workflow.execute_activity(
+                ACTIVITY_TYPE,
+                args,
+                # The activity may wait for its run record and a free slot before the
+                # body starts; the body's own deadline is enforced by the worker.
+                start_to_close_timeout=timedelta(
+                    seconds=args.timeout_seconds + args.pending_timeout_seconds
+                )
+                + START_TO_CLOSE_GRACE,
+                schedule_to_start_timeout=timedelta(seconds=args.pending_timeout_seconds),
+                heartbeat_timeout=timedelta(seconds=args.heartbeat_timeout_seconds),
+                retry_policy=retry_policy(args),
+                # A cancel reaches the body cooperatively; wait for the body's answer
+                # (it may clean up, end canceled, or even complete) before closing.
+                cancellation_type=workflow.ActivityCancellationType.WAIT_CANCELLATION_COMPLETED,
+            )
+        except ActivityError as err:
+            failure = punctual_failure(err, args)
+            if failure is err:
+                # Re-raised as is: ``raise ... from`` would replace the cause, and the
+                # SDK reads the cause to tell a cancellation (CANCELED) from a failure.
+                raise
+            raise failure from None
+
+
+def punctual_failure(err: ActivityError, args: RunArgs) -> BaseException:
+    """The workflow's failure for a failed activity, typed so the sync can map it (WF-4)."""
+    cause = err.cause
+    if isinstance(cause, CancelledError):
+        return err  # a requested cancel: the workflow ends CANCELED
+    if isinstance(cause, ApplicationError):
+        return ApplicationError(cause.message, *cause.details, type=cause.type, non_retryable=True)
+    if isinstance(cause, TemporalTimeoutError):
+        if cause.type is TimeoutType.SCHEDULE_TO_START:
+            reason = f"no worker picked it up within {args.pending_timeout_seconds:g} s"
+            return ApplicationError(
+                reason, {"reason": reason}, type=FailureType.TIMED_OUT, non_retryable=True
+            )
+        if cause.type is TimeoutType.HEARTBEAT:
+            message = (
+                f"its worker was lost {args.max_attempts} times (no heartbeat within "
+                f"{args.heartbeat_timeout_seconds:g} s)"
+            )
+            return ApplicationError(
+                message,
+                {"type": "WorkerLost", "message": message},
+                type=FailureType.WORKER_LOST,
+                non_retryable=True,
+            )
+        reason = f"execution timeout of {args.timeout_seconds:g} s exceeded"
+        return ApplicationError(
+            reason, {"reason": reason}, type=FailureType.TIMED_OUT, non_retryable=True
+        )
+    message = str(cause) if cause is not None else str(err)
+    kind = type(cause).__name__ if cause is not None else type(err).__name__
+    return ApplicationError(
+        message, {"type": kind, "message": message}, type=FailureType.FAILED, non_retryable=True
+    )
