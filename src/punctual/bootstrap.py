@@ -35,6 +35,7 @@ from punctual.ports.store import Tx
 from punctual.runner.loop import Runner, RunnerOptions
 from punctual.settings import Settings
 from punctual.usecases.context import HostPolicy, Services, TenantPolicy, WorkloadClass
+from punctual.usecases.definitions import check_keys
 from punctual.usecases.doorbell import Doorbell
 from punctual.usecases.idempotency import MutationRunner
 from punctual.workflows import load_app
@@ -250,5 +251,7 @@ def _assemble(
         on_due_change=due.ring,
         crash_point=CrashPoints(os.environ.get("PUNCTUAL_CRASH_AT", "")),
     )
+    if prepare:
+        check_keys(services)
     mutations = MutationRunner(services, error_status, error_body)
     return Punctual(settings, store, services, engine, metrics, events, mutations, due)

@@ -287,6 +287,7 @@ def definitions_check(
         system = _definitions_system(config, database_url)
         try:
             report = definitions.check(system.services)
+            keys = definitions.key_report(system.services)
         finally:
             system.close()
     lines = [
@@ -294,7 +295,12 @@ def definitions_check(
         f"{'; '.join(item['needed_by']) or 'not needed'}"
         for item in report
     ]
-    _emit(report, as_json, "\n".join(lines) or "no definitions yet")
+    lines += [
+        f"codec key {key['key_id']}{' (active)' if key['active'] else ''}: "
+        f"{'; '.join(key['needed_by']) or 'not needed'}"
+        for key in keys
+    ]
+    _emit({"definitions": report, "codec_keys": keys}, as_json, "\n".join(lines))
 
 
 def _operator(tenant: str) -> Principal:

@@ -182,6 +182,9 @@ class Starts(Protocol):
         """Claim due starts (and those whose lease expired) oldest first; concurrent
         claimers must never get the same start while its lease is live."""
 
+    def key_usage(self) -> dict[str, dict[str, int]]:
+        """Codec key id -> {what still needs it: count} over pending and live work."""
+
     def count_due(self, now: datetime) -> int:
         """Starts (occurrences included) that are due and still ``scheduled``."""
 
@@ -289,6 +292,10 @@ class Schedules(Protocol):
     def find(self, tenant: str, after_seq: int, limit: int) -> list[tuple[int, Schedule]]: ...
 
     def by_creator(self, tenant: str, subject: str) -> list[Schedule]: ...
+
+    def count_using(self, workflow: str, version: str) -> tuple[int, int]:
+        """Live schedules of ``workflow``, paused included: (pinned to ``version``,
+        following the active version)."""
 
     def input_of(self, schedule_id: str) -> EncryptedInput: ...
 

@@ -13,7 +13,7 @@ from jsonschema import Draft202012Validator
 from jsonschema.exceptions import SchemaError
 
 from punctual.domain.runs import Definition, DefinitionState
-from punctual.errors import Conflict, InvalidRequest, NotFound
+from punctual.errors import ConfigurationError, Conflict, InvalidRequest, NotFound
 from punctual.ports.records import WorkerRecord
 from punctual.ports.store import Tx
 from punctual.usecases.context import Services
@@ -113,12 +113,18 @@ def set_lifecycle(
 
 
 def definition_users(tx: Tx, name: str, version: str, is_active: bool) -> list[str]:
-    """What still needs a definition version (WF-3): unfinished runs pinned to it and,
-    for the active version, pending starts that will resolve to it at dispatch."""
+    """What still needs a definition version (WF-3): unfinished runs and pinned schedules
+    (paused ones included) of it and, for the active version, pending starts and
+    occurrences and ``active_at_fire`` schedules that will resolve to it at dispatch."""
     users: list[str] = []
     unfinished = tx.runs.count_unfinished(name, version)
     if unfinished:
         users.append(f"{unfinished} unfinished run(s)")
+    pinned, following = tx.schedules.count_using(name, version)
+    if pinned:
+        users.append(f"{pinned} schedule(s) pinned to it")
+    if is_active and following:
+        users.append(f"{following} active_at_fire schedule(s) of {name}")
     if is_active:
         pending = tx.starts.count_pending_of_workflow(name)
         if pending:
@@ -126,8 +132,37 @@ def definition_users(tx: Tx, name: str, version: str, is_active: bool) -> list[s
     return users
 
 
+def key_report(services: Services) -> list[dict[str, Any]]:
+    """Every codec key in the ring or referenced by stored work, with what needs it."""
+    with services.store.transaction(readonly=True) as tx:
+        usage = tx.starts.key_usage()
+    ring = set(services.codec.key_ids())
+    return [
+        {
+            "key_id": key_id,
+            "in_key_ring": key_id in ring,
+            "active": key_id == services.codec.active_key_id,
+            "needed_by": [
+                f"{count} {kind}" for kind, count in sorted(usage.get(key_id, {}).items())
+            ],
+        }
+        for key_id in sorted(ring | set(usage))
+    ]
+
+
+def check_keys(services: Services) -> None:
+    """Refuse to start when stored work needs a codec key the ring no longer has."""
+    missing = [item for item in key_report(services) if not item["in_key_ring"]]
+    if missing:
+        detail = "; ".join(f"{m['key_id']} ({', '.join(m['needed_by'])})" for m in missing)
+        raise ConfigurationError(
+            f"codec key(s) missing from the key ring but still needed: {detail}; restore them "
+            "to codec.key_file (see docs/operations.md, 'Keys')"
+        )
+
+
 def check(services: Services) -> list[dict[str, Any]]:
-    """Deployment preflight (WF-3): every version and codec key, with what still needs it."""
+    """Deployment preflight (WF-3): every version, with what still needs it."""
     with services.store.transaction(readonly=True) as tx:
         report = [
             {

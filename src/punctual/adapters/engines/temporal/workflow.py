@@ -87,7 +87,13 @@ def punctual_failure(err: ActivityError, args: RunArgs) -> BaseException:
     if isinstance(cause, CancelledError):
         return err  # a requested cancel: the workflow ends CANCELED
     if isinstance(cause, ApplicationError):
-        return ApplicationError(cause.message, *cause.details, type=cause.type, non_retryable=True)
+        return ApplicationError(
+            cause.message,
+            *cause.details,
+            type=cause.type,
+            non_retryable=True,
+            category=cause.category,
+        )
     if isinstance(cause, TemporalTimeoutError):
         if cause.type is TimeoutType.SCHEDULE_TO_START:
             reason = f"no worker picked it up within {args.pending_timeout_seconds:g} s"

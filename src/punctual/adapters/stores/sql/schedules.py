@@ -140,6 +140,20 @@ class SqlSchedules:
         )
         return [schedule_from_row(r) for r in self._conn.execute(query).mappings()]
 
+    def count_using(self, workflow: str, version: str) -> tuple[int, int]:
+        """Live schedules (paused included) of ``workflow``: (pinned to ``version``,
+        following the active version)."""
+        live = sa.and_(_c.workflow == workflow, _c.deleted_at.is_(None))
+        pinned = self._conn.execute(
+            sa.select(sa.func.count()).where(
+                live, _c.version_policy == "pinned", _c.pinned_version == version
+            )
+        ).scalar_one()
+        following = self._conn.execute(
+            sa.select(sa.func.count()).where(live, _c.version_policy == "active_at_fire")
+        ).scalar_one()
+        return int(pinned), int(following)
+
     def input_of(self, schedule_id: str) -> EncryptedInput:
         row = self._conn.execute(
             sa.select(_c.input, _c.input_key_id).where(_c.id == schedule_id)

@@ -332,6 +332,25 @@ class SqlStarts:
             for r in claimed.mappings()
         ]
 
+    def key_usage(self) -> dict[str, dict[str, int]]:
+        """Which codec keys pending work still needs: key id -> {kind: count}."""
+        usage: dict[str, dict[str, int]] = {}
+        queries = {
+            "pending starts and occurrences": sa.select(_s.input_key_id, sa.func.count())
+            .where(_s.state.in_([*_PENDING, StartState.BUFFERED.value]))
+            .group_by(_s.input_key_id),
+            "unfinished runs": sa.select(t.runs.c.input_key_id, sa.func.count())
+            .where(t.runs.c.state.in_(["pending", "running"]))
+            .group_by(t.runs.c.input_key_id),
+            "schedules": sa.select(t.schedules.c.input_key_id, sa.func.count())
+            .where(t.schedules.c.deleted_at.is_(None))
+            .group_by(t.schedules.c.input_key_id),
+        }
+        for kind, query in queries.items():
+            for key_id, count in self._conn.execute(query):
+                usage.setdefault(key_id, {})[kind] = int(count)
+        return usage
+
     def count_due(self, now: datetime) -> int:
         """Starts and occurrences due and waiting for dispatch (the backlog gauge)."""
         query = sa.select(sa.func.count()).where(
