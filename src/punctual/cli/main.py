@@ -111,6 +111,11 @@ def serve(
             issued = identity.bootstrap_default_tenant(system.services, dev_token)
         if issued is not None:
             typer.echo(f"admin token: {issued.token}")
+        else:
+            typer.echo(
+                "tenant 'default' already exists; for a new token run: punctual tokens create "
+                "--tenant default --subject admin --role admin"
+            )
         if "worker" in wanted:
             with _handled():
                 system.start_worker(app_ref)
