@@ -75,8 +75,8 @@ def test_exactly_one_outcome_owns_each_version(system: bootstrap.Punctual) -> No
         )
         actions: dict[str, Callable[[], Any]] = {
             "dispatch": lambda: dispatch_due(system.services, "racer", 10),
-            "cancel": lambda: system.mutations.run(None, cancel),
-            "reschedule": lambda: system.mutations.run(None, move),
+            "cancel": lambda cancel=cancel: system.mutations.run(None, cancel),
+            "reschedule": lambda move=move: system.mutations.run(None, move),
         }
         # Start the threads in a different order each round so no contender is favoured.
         order = rng.sample(list(actions), k=len(actions))
