@@ -18,8 +18,8 @@ run: $(STAMP)
 
 ## lint: ruff, formatting, mypy and the import layers
 lint: $(STAMP)
-	$(BIN)/ruff check src tests $(wildcard bench)
-	$(BIN)/ruff format --check src tests $(wildcard bench)
+	$(BIN)/ruff check src tests examples $(wildcard bench)
+	$(BIN)/ruff format --check src tests examples $(wildcard bench)
 	$(BIN)/mypy
 	$(BIN)/lint-imports
 
