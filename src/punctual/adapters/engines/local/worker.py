@@ -63,6 +63,8 @@ class LocalWorker:
         self._doorbell = doorbell
         self._stop = threading.Event()
         self._running: dict[str, ClaimedRun] = {}
+        self._unrecorded: list[tuple[ClaimedRun, Outcome]] = []
+        """Outcomes the store could not take yet; retried while the run is still ours."""
         self._lock = threading.Lock()
         self._thread: threading.Thread | None = None
         self._pool = SlotPool(
@@ -116,6 +118,7 @@ class LocalWorker:
                 elif now >= next_flags and self._running_ids():
                     self._apply_flags(execution.run_flags(self._services, self._running_ids()))
                     next_flags = now + _FLAG_CHECK_SECONDS
+                self._record_pending()
                 claimed = self._claim()
             except Unavailable as exc:
                 log.warning("event=worker_store_unavailable worker=%s error=%s", self.id, exc)
@@ -172,22 +175,44 @@ class LocalWorker:
 
     def _finished(self, outcome: Outcome) -> None:
         with self._lock:
-            run = self._running.pop(outcome.run_id, None)
+            run = self._running.get(outcome.run_id)
         if run is None:
             return
         try:
-            recorded = execution.finish_run(
-                self._services,
-                self.id,
-                run,
-                RunState(outcome.state),
-                outcome.result,
-                outcome.error,
-            )
+            self._record(run, outcome)
         except Unavailable:
-            # The lease runs out and the run is retried as a new attempt (WF-4).
+            # Kept and retried by the control loop: if the store is back before the lease
+            # is taken over, the body does not run again (WF-4 retries it otherwise).
             log.warning("event=run_outcome_unrecorded run=%s", run.id)
+            with self._lock:
+                self._unrecorded.append((run, outcome))
             return
+        with self._lock:
+            self._running.pop(outcome.run_id, None)
+        self._doorbell.ring()
+
+    def _record_pending(self) -> None:
+        with self._lock:
+            pending, self._unrecorded = self._unrecorded, []
+        for index, (run, outcome) in enumerate(pending):
+            try:
+                self._record(run, outcome)
+            except Unavailable:
+                with self._lock:
+                    self._unrecorded.extend(pending[index:])
+                raise
+            with self._lock:
+                self._running.pop(run.id, None)
+
+    def _record(self, run: ClaimedRun, outcome: Outcome) -> None:
+        recorded = execution.finish_run(
+            self._services,
+            self.id,
+            run,
+            RunState(outcome.state),
+            outcome.result,
+            outcome.error,
+        )
         log.info(
             "event=run_%s run=%s attempt=%d recorded=%s",
             outcome.state,
@@ -195,4 +220,3 @@ class LocalWorker:
             run.attempt,
             recorded,
         )
-        self._doorbell.ring()

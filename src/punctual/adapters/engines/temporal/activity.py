@@ -48,6 +48,12 @@ _STORE_FLAGS_SECONDS = 1.0
 """How often a running attempt re-reads its run's state in the store (terminated?)."""
 _START_CHECK_SECONDS = 1.0
 _ENDED_STARTS = frozenset({"canceled", "failed"})
+_FAILURE_OF_STATE = {
+    "failed": FailureType.FAILED,
+    "canceled": FailureType.CANCELED,
+    "timed_out": FailureType.TIMED_OUT,
+    "terminated": FailureType.TERMINATED,
+}
 
 
 class RunExecutor:
@@ -150,14 +156,11 @@ class RunExecutor:
     async def _wait_for_record(self, args: RunArgs) -> RunRecord:
         """The run as recorded by dispatch, which commits just after starting us."""
         deadline = args.ordered_at + args.pending_timeout_seconds
-        delay = 0.02
+        delay = 0.01
         next_start_check = time.monotonic() + _START_CHECK_SECONDS
         while True:
             try:
                 record = await asyncio.to_thread(self._ledger.load, args.run_id)
-            except Unavailable as exc:
-                log.warning("event=run_record_unreadable run=%s error=%s", args.run_id, exc)
-            else:
                 if record is not None:
                     return record
                 if time.time() > deadline:
@@ -167,6 +170,8 @@ class RunExecutor:
                     start_state = await asyncio.to_thread(self._ledger.start_state, args.run_id)
                     if start_state in _ENDED_STARTS:
                         self._not_recorded(args, f"and its start ended {start_state}")
+            except Unavailable as exc:  # the store is down: keep waiting (heartbeating)
+                log.warning("event=run_record_unreadable run=%s error=%s", args.run_id, exc)
             activity.heartbeat()
             await asyncio.sleep(delay)
             delay = min(delay * 2, 1.0)
@@ -183,14 +188,15 @@ class RunExecutor:
 
     @staticmethod
     def _already_ended(record: RunRecord) -> Any:
-        """The answer for a run the store finished before this attempt ran its body."""
+        """The answer for a run the store finished before this attempt ran its body: the
+        recorded outcome, typed like the body's own so the sync reads the same state."""
         if record.state is RunState.COMPLETED:
             return record.result
         message = f"run {record.id} had already ended {record.state.value}; not run again"
         raise ApplicationError(
             message,
             record.error or {"reason": message},
-            type=FailureType.ALREADY_ENDED,
+            type=_FAILURE_OF_STATE.get(record.state.value, FailureType.FAILED),
             non_retryable=True,
             category=ApplicationErrorCategory.BENIGN,
         )
@@ -265,12 +271,7 @@ class RunExecutor:
             return outcome.result
         if outcome.state == "canceled" and canceled_by_temporal:
             raise asyncio.CancelledError(error.get("reason", "canceled"))
-        failure_type = {
-            "failed": FailureType.FAILED,
-            "canceled": FailureType.CANCELED,
-            "timed_out": FailureType.TIMED_OUT,
-            "terminated": FailureType.TERMINATED,
-        }[outcome.state]
+        failure_type = _FAILURE_OF_STATE[outcome.state]
         message = str(error.get("message") or error.get("reason") or outcome.state)
         if "type" in error:
             message = f"{error['type']}: {message}"

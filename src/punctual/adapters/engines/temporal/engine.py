@@ -28,7 +28,7 @@ import math
 import socket
 import threading
 import time
-from collections.abc import Awaitable, Callable, Coroutine, Sequence
+from collections.abc import Awaitable, Callable, Coroutine, Mapping, Sequence
 from dataclasses import dataclass
 from datetime import UTC, datetime, timedelta
 from typing import Any, Literal, TypeVar
@@ -58,6 +58,8 @@ ENGINE_NAME = "temporal"
 ObservedState = Literal[
     "missing", "pending", "running", "completed", "failed", "canceled", "terminated", "timed_out"
 ]
+
+_STATE_OF_FAILURE: Mapping[str, ObservedState] = RUN_STATE_OF_FAILURE
 
 _REACH_ERRORS = (RPCError, RuntimeError, OSError, TimeoutError, TemporalError)
 """What the SDK raises when the server cannot be reached or answers with an error."""
@@ -383,14 +385,11 @@ async def _closed(client: Client, run_id: str, events: Sequence[HistoryEvent]) -
 
 
 def _failure(failure: BaseException) -> tuple[ObservedState, dict[str, Any]]:
-    if isinstance(failure, ApplicationError):
-        state = RUN_STATE_OF_FAILURE.get(failure.type or "", "failed")
-        detail = failure.details[0] if failure.details else None
-        if isinstance(detail, dict):
-            return state, detail  # type: ignore[return-value]
-        return state, {"type": failure.type or "ApplicationError", "message": failure.message}  # type: ignore[return-value]
-    return "failed", {"type": type(failure).__name__, "message": str(failure)}
-
-
-def now_utc() -> datetime:
-    return datetime.now(UTC)
+    """A failed execution's run state and error, from the typed failure the workflow raised."""
+    if not isinstance(failure, ApplicationError):
+        return "failed", {"type": type(failure).__name__, "message": str(failure)}
+    state = _STATE_OF_FAILURE.get(failure.type or "", "failed")
+    detail = failure.details[0] if failure.details else None
+    if isinstance(detail, dict):
+        return state, {str(key): value for key, value in detail.items()}
+    return state, {"type": failure.type or "ApplicationError", "message": failure.message}

@@ -19,7 +19,6 @@ retries lost workers itself.
 
 from __future__ import annotations
 
-from collections.abc import Sequence
 from dataclasses import dataclass
 from datetime import datetime
 from typing import Any, Protocol
@@ -203,7 +202,3 @@ class SqlRunLedger:
         )
         with self._store.transaction() as tx:
             return _conn(tx).execute(update).rowcount == 1
-
-
-def run_ids(records: Sequence[RunRecord]) -> list[str]:
-    return [record.id for record in records]

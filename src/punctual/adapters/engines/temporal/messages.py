@@ -9,6 +9,7 @@ ciphertext of a run's input ever enters Temporal history (docs/decisions/0003).
 from __future__ import annotations
 
 from dataclasses import dataclass
+from typing import Literal
 
 WORKFLOW_TYPE = "punctual.run"
 """The one Temporal workflow type every punctual run executes as."""
@@ -23,7 +24,7 @@ class FailureType:
     FAILED = "punctual.Failed"
     """The body raised, or could not be started (unknown version, undecryptable input)."""
     CANCELED = "punctual.Canceled"
-    """The body ended after a cancel that reached it through the store, not Temporal."""
+    """The run ended canceled without Temporal having asked (the store had canceled it)."""
     TIMED_OUT = "punctual.TimedOut"
     """Execution timeout, or no worker picked the run up within the pending timeout."""
     TERMINATED = "punctual.Terminated"
@@ -32,20 +33,19 @@ class FailureType:
     """Every attempt lost its worker (heartbeat timeouts)."""
     NOT_RECORDED = "punctual.NotRecorded"
     """The dispatch that started the execution never recorded the run (its start ended)."""
-    ALREADY_ENDED = "punctual.AlreadyEnded"
-    """The store had already finished the run; the body was not started again."""
     WORKER_SHUTDOWN = "punctual.WorkerShutdown"
     """The worker stopped under the body; retryable, so another worker takes the run."""
 
 
-RUN_STATE_OF_FAILURE = {
+FailedRunState = Literal["failed", "canceled", "timed_out", "terminated"]
+
+RUN_STATE_OF_FAILURE: dict[str, FailedRunState] = {
     FailureType.FAILED: "failed",
     FailureType.CANCELED: "canceled",
     FailureType.TIMED_OUT: "timed_out",
     FailureType.TERMINATED: "terminated",
     FailureType.WORKER_LOST: "failed",
     FailureType.NOT_RECORDED: "failed",
-    FailureType.ALREADY_ENDED: "failed",
     FailureType.WORKER_SHUTDOWN: "failed",
 }
 """Run state for a workflow that failed with one of our types; anything else is ``failed``."""

@@ -264,10 +264,13 @@ class TemporalWorker:
                     code="engine_unavailable",
                 )
 
-    def stop(self) -> None:
+    def stop(self, grace_seconds: float | None = None) -> None:
+        """Stop taking runs; running bodies get the grace given at construction, then are
+        killed and retried elsewhere (``grace_seconds`` is accepted for ``LocalWorker``
+        compatibility and bounds only how long this call waits beyond that grace)."""
         self._stop.set()
         if self._thread is not None:
-            self._thread.join(timeout=self._grace + 30)
+            self._thread.join(timeout=self._grace + (grace_seconds or 0.0) + 30)
 
     @property
     def alive(self) -> bool:

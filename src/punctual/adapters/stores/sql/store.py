@@ -93,7 +93,8 @@ class SqlStore:
                 ) from exc
             raise
         finally:
-            conn.info.pop("readonly", None)
+            if not conn.invalidated:  # .info on an invalidated connection reconnects
+                conn.info.pop("readonly", None)
             conn.close()
 
     def dispose(self) -> None:
