@@ -117,7 +117,8 @@ def make_settings(database_url: str, tmp_path: Path, **overrides: Any) -> Settin
         None,
         database_url=database_url,
         codec={"key_file": str(key_file)},
-        api_wait_seconds=overrides.pop("api_wait_seconds", 2),
+        # Generous: only the bounded-wait tests want a 202, and they set their own wait.
+        api_wait_seconds=overrides.pop("api_wait_seconds", 10),
         **overrides,
     )
 
