@@ -24,6 +24,7 @@ from punctual.domain.runs import DefinitionState, RunState
 from punctual.domain.starts import LastError, StartState
 from punctual.errors import Unavailable
 from punctual.ports.records import (
+    DispatchedStart,
     EncryptedInput,
     NewRun,
     NewStart,
@@ -664,6 +665,34 @@ def test_compare_and_set_refuses_a_stale_version(store: SqlStore) -> None:
         start = tx.starts.get(TENANT, start_id)
     assert start is not None
     assert (start.state, start.version, start.updated_at) == (StartState.CANCELED, 2, at(1))
+
+
+def test_mark_dispatched_many_applies_only_at_each_claimed_version(store: SqlStore) -> None:
+    fresh, stale = insert_starts(store, new_start(), new_start(business_request_id="order-2"))
+    with store.transaction() as tx:
+        assert tx.starts.compare_and_set(stale, 1, at(1), state=StartState.CANCELED.value)
+        won = tx.starts.mark_dispatched_many(
+            [
+                DispatchedStart(fresh, 1, 1, "v1", "sha256:aa"),
+                DispatchedStart(stale, 1, 1, "v1", "sha256:aa"),
+            ],
+            at(2),
+        )
+        dispatched = tx.starts.get(TENANT, fresh)
+        canceled = tx.starts.get(TENANT, stale)
+    assert won == {fresh}
+    assert dispatched is not None and canceled is not None
+    assert (dispatched.state, dispatched.version, dispatched.attempts) == (
+        StartState.DISPATCHED,
+        2,
+        1,
+    )
+    assert dispatched.dispatch is not None
+    assert (dispatched.dispatch.definition_version, dispatched.dispatch.artifact) == (
+        "v1",
+        "sha256:aa",
+    )
+    assert (canceled.state, canceled.version) == (StartState.CANCELED, 2)
 
 
 def test_compare_and_set_records_a_retry_with_its_last_error(store: SqlStore) -> None:

@@ -76,6 +76,17 @@ class ClaimedStart:
 
 
 @dataclass(frozen=True)
+class DispatchedStart:
+    """A claimed start to record as dispatched, at the version its claim gave it."""
+
+    id: str
+    version: int
+    attempts: int
+    definition_version: str
+    artifact: str
+
+
+@dataclass(frozen=True)
 class NewRun:
     id: str
     tenant: str

@@ -19,6 +19,7 @@ from punctual.domain.starts import ScheduledStart, StartState
 from punctual.ports.records import (
     ClaimedRun,
     ClaimedStart,
+    DispatchedStart,
     EncryptedInput,
     Finding,
     IdempotencyRecord,
@@ -175,6 +176,9 @@ class Starts(Protocol):
         self, start_id: str, expected_version: int, now: datetime, **changes: Any
     ) -> bool:
         """Apply and bump the version only at ``expected_version``: the OS-7 arbiter."""
+
+    def mark_dispatched_many(self, rows: Sequence[DispatchedStart], now: datetime) -> set[str]:
+        """Record claims dispatched, each only at its claimed version; the ids that won."""
 
     def claim_due(
         self, now: datetime, limit: int, runner_id: str, lease_until: datetime

@@ -33,7 +33,7 @@ from punctual.domain.starts import LastError, StartState
 from punctual.domain.timeutil import to_rfc3339
 from punctual.ports.engine import EngineUnavailable, RunOrder
 from punctual.ports.events import Event
-from punctual.ports.records import ClaimedStart, NewRun
+from punctual.ports.records import ClaimedStart, DispatchedStart, NewRun
 from punctual.ports.store import Tx
 from punctual.usecases.context import Services
 from punctual.usecases.definitions import input_problems
@@ -229,6 +229,12 @@ def _mark_dispatched(tx: Tx, decision: Dispatched, now: datetime, report: Dispat
     if not won:
         report.lost += 1
         return False
+    _note_dispatched(tx, decision, now, report)
+    return True
+
+
+def _note_dispatched(tx: Tx, decision: Dispatched, now: datetime, report: DispatchReport) -> None:
+    claim = decision.claim
     report.dispatched.append(claim.id)
     if claim.due_at is not None:
         report.lag_seconds.append((now - claim.due_at).total_seconds())
@@ -236,7 +242,6 @@ def _mark_dispatched(tx: Tx, decision: Dispatched, now: datetime, report: Dispat
         tx.schedules.record(
             claim.schedule_id, last_fired_at=now, last_run_id=claim.run_id, last_status="fired"
         )
-    return True
 
 
 def _record(
@@ -246,14 +251,29 @@ def _record(
     now: datetime,
     report: DispatchReport,
 ) -> None:
-    new_runs: list[NewRun] = []
-    for decision in decisions:
-        if isinstance(decision, Dispatched):
-            if _mark_dispatched(tx, decision, now, report):
-                new_runs.append(_new_run(decision))
+    dispatched = [d for d in decisions if isinstance(d, Dispatched)]
+    won = tx.starts.mark_dispatched_many(
+        [
+            DispatchedStart(
+                d.claim.id,
+                d.claim.version,
+                d.claim.attempts + 1,
+                d.definition.version,
+                d.definition.artifact,
+            )
+            for d in dispatched
+        ],
+        now,
+    )
+    for ready in dispatched:
+        if ready.claim.id in won:
+            _note_dispatched(tx, ready, now, report)
         else:
+            report.lost += 1
+    for decision in decisions:
+        if isinstance(decision, NotDispatched):
             _record_failure(services, tx, decision, now, report)
-    tx.runs.insert_new(new_runs, now)
+    tx.runs.insert_new([_new_run(d) for d in dispatched if d.claim.id in won], now)
 
 
 def _record_failure(

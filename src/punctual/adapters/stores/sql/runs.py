@@ -50,7 +50,11 @@ class SqlRuns:
             }
             for run in runs
         ]
-        inserted = insert_ignore(self._conn, t.runs, rows, ["id"])
+        # Chunks keep one statement under the drivers' parameter limits.
+        inserted = sum(
+            insert_ignore(self._conn, t.runs, rows[i : i + 500], ["id"])
+            for i in range(0, len(rows), 500)
+        )
         if inserted:
             notify(self._conn, RUNS_CHANNEL)
         return inserted

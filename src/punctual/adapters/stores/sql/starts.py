@@ -17,6 +17,7 @@ from punctual.domain.starts import LastError, ScheduledStart, StartState
 from punctual.domain.timeutil import to_rfc3339
 from punctual.ports.records import (
     ClaimedStart,
+    DispatchedStart,
     EncryptedInput,
     NewOccurrence,
     NewStart,
@@ -267,6 +268,58 @@ class SqlStarts:
             .values(version=_s.version + 1, updated_at=now, **changes)
         )
         return result.rowcount == 1
+
+    def mark_dispatched_many(self, rows: Sequence[DispatchedStart], now: datetime) -> set[str]:
+        """Record many claims dispatched at once, each only at its claimed version (the
+        arbiter of OS-7, batched); returns the ids that were still owned."""
+        if not rows:
+            return set()
+        fixed = {
+            "state": StartState.DISPATCHED.value,
+            "version": _s.version + 1,
+            "dispatched_at": now,
+            "next_attempt_at": None,
+            "claimed_by": None,
+            "lease_until": None,
+            "updated_at": now,
+        }
+        if self._conn.dialect.name != "postgresql":
+            won = set()
+            for row in rows:
+                result = self._conn.execute(
+                    sa.update(t.starts)
+                    .where(_s.id == row.id, _s.version == row.version)
+                    .values(
+                        attempts=row.attempts,
+                        definition_version=row.definition_version,
+                        artifact=row.artifact,
+                        **fixed,
+                    )
+                )
+                if result.rowcount == 1:
+                    won.add(row.id)
+            return won
+        # One statement for the whole page: UPDATE ... FROM (VALUES ...).
+        batch = sa.values(
+            sa.column("id", sa.String),
+            sa.column("version", sa.Integer),
+            sa.column("attempts", sa.Integer),
+            sa.column("definition_version", sa.String),
+            sa.column("artifact", sa.String),
+            name="batch",
+        ).data([(r.id, r.version, r.attempts, r.definition_version, r.artifact) for r in rows])
+        result = self._conn.execute(
+            sa.update(t.starts)
+            .where(_s.id == batch.c.id, _s.version == batch.c.version)
+            .values(
+                attempts=batch.c.attempts,
+                definition_version=batch.c.definition_version,
+                artifact=batch.c.artifact,
+                **fixed,
+            )
+            .returning(_s.id)
+        )
+        return set(result.scalars())
 
     def claim_due(
         self, now: datetime, limit: int, runner_id: str, lease_until: datetime

@@ -1,0 +1,16 @@
+"""Fixtures of the contract suites: a real Temporal dev server for the Engine contract."""
+
+from __future__ import annotations
+
+from collections.abc import Iterator
+
+import pytest
+
+from tests.support.temporal import dev_server
+
+
+@pytest.fixture(scope="session")
+def temporal_address(tmp_path_factory: pytest.TempPathFactory) -> Iterator[str]:
+    """``host:port`` of a Temporal dev server started for this test session."""
+    with dev_server(tmp_path_factory.mktemp("temporal")) as address:
+        yield address
