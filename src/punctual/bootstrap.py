@@ -11,6 +11,7 @@ import os
 import random
 from dataclasses import dataclass, field
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 import sqlalchemy as sa
 from fastapi import FastAPI
@@ -30,6 +31,7 @@ from punctual.adapters.stores.sql.listener import DUE_CHANNEL, RUNS_CHANNEL, PgL
 from punctual.adapters.stores.sql.store import SqlStore, SqlTx
 from punctual.errors import ConfigurationError
 from punctual.ports.clock import Clock
+from punctual.ports.engine import Engine
 from punctual.ports.quota import QuotaController
 from punctual.ports.store import Tx
 from punctual.runner.loop import Runner, RunnerOptions
@@ -40,7 +42,32 @@ from punctual.usecases.doorbell import Doorbell
 from punctual.usecases.idempotency import MutationRunner
 from punctual.workflows import load_app
 
+if TYPE_CHECKING:  # temporalio is an optional extra: import the adapter only when used
+    from punctual.adapters.engines.temporal.sync import SyncLoop
+    from punctual.adapters.engines.temporal.worker import TemporalWorker
+
 log = logging.getLogger("punctual")
+
+TEMPORAL_SYNC_SECONDS = 2.0
+"""How often the runner copies Temporal's view of unfinished runs into the store (WF-8)."""
+
+
+def build_engine(settings: Settings, store: SqlStore, clock: Clock) -> Engine:
+    """``settings.engine`` decides where runs execute; one engine per host."""
+    if settings.engine == "temporal":
+        from punctual.adapters.engines.temporal.engine import TemporalEngine, TemporalOptions
+
+        return TemporalEngine(
+            store,
+            clock,
+            liveness_seconds=settings.worker.liveness_seconds,
+            pending_timeout_seconds=settings.worker.pending_timeout_seconds,
+            max_attempts=host_policy(settings).max_run_attempts,
+            options=TemporalOptions(
+                address=settings.temporal.address, namespace=settings.temporal.namespace
+            ),
+        )
+    return LocalEngine(store, clock, settings.worker.liveness_seconds)
 
 
 def host_policy(settings: Settings) -> HostPolicy:
@@ -148,14 +175,23 @@ class Punctual:
     settings: Settings
     store: SqlStore
     services: Services
-    engine: LocalEngine
+    engine: Engine
     metrics: Metrics
     events: EventHub
     mutations: MutationRunner
     due_doorbell: Doorbell
     runner: Runner | None = None
-    workers: list[LocalWorker] = field(default_factory=list)
+    workers: list[LocalWorker | TemporalWorker] = field(default_factory=list)
+    sync: SyncLoop | None = None
     listener: PgListener | None = None
+    _idle_doorbell: Doorbell = field(default_factory=Doorbell)
+
+    @property
+    def runs_doorbell(self) -> Doorbell:
+        """Rung when runs may wait for local workers (Temporal pushes its own work)."""
+        if isinstance(self.engine, LocalEngine):
+            return self.engine.doorbell
+        return self._idle_doorbell
 
     def _listen(self) -> None:
         """On PostgreSQL, wake this process's runner and workers on other processes' commits."""
@@ -165,7 +201,7 @@ class Punctual:
             hide_password=False
         )
         self.listener = PgListener(
-            dsn, {DUE_CHANNEL: self.due_doorbell.ring, RUNS_CHANNEL: self.engine.doorbell.ring}
+            dsn, {DUE_CHANNEL: self.due_doorbell.ring, RUNS_CHANNEL: self.runs_doorbell.ring}
         )
         self.listener.start()
 
@@ -181,22 +217,44 @@ class Punctual:
         self.runner = Runner(self.services, options, self.due_doorbell)
         self._listen()
         self.runner.start()
+        if self.settings.engine == "temporal" and self.sync is None:
+            from punctual.adapters.engines.temporal.engine import TemporalEngine
+            from punctual.adapters.engines.temporal.sync import SyncLoop
+
+            assert isinstance(self.engine, TemporalEngine)
+            self.sync = SyncLoop(self.services, self.engine, TEMPORAL_SYNC_SECONDS)
+            self.sync.start()
         return self.runner
 
     def start_worker(
         self, app_ref: str, task_queues: list[str] | None = None, slots: int | None = None
-    ) -> LocalWorker:
+    ) -> LocalWorker | TemporalWorker:
         app = load_app(app_ref)
         queues = task_queues or sorted(
             {cls.task_queue for cls in self.settings.workload_classes.values()}
         )
+        if self.settings.engine == "temporal":
+            from punctual.adapters.engines.temporal.worker import TemporalWorker
+
+            temporal_worker = TemporalWorker(
+                self.services,
+                app_ref,
+                queues,
+                self.settings.temporal.address,
+                self.settings.temporal.namespace,
+                slots=slots or self.settings.worker.slots,
+                heartbeat_seconds=self.settings.worker.heartbeat_seconds,
+            )
+            temporal_worker.start()
+            self.workers.append(temporal_worker)
+            return temporal_worker
         options = WorkerOptions(
             app_ref=app_ref,
             task_queues=queues,
             slots=slots or self.settings.worker.slots,
             heartbeat_seconds=self.settings.worker.heartbeat_seconds,
         )
-        worker = LocalWorker(self.services, app, options, self.engine.doorbell)
+        worker = LocalWorker(self.services, app, options, self.runs_doorbell)
         self._listen()
         worker.start()
         self.workers.append(worker)
@@ -205,8 +263,13 @@ class Punctual:
     def close(self) -> None:
         if self.runner is not None:
             self.runner.stop()
+        if self.sync is not None:
+            self.sync.stop()
         for worker in self.workers:
             worker.stop()
+        close_engine = getattr(self.engine, "close", None)  # the Temporal engine's loop thread
+        if close_engine is not None:
+            close_engine()
         if self.listener is not None:
             self.listener.stop()
         self.mutations.close()
@@ -235,7 +298,7 @@ def _assemble(
     if prepare:
         prepare_schema(settings, store)
     codec = build_codec(settings)
-    engine = LocalEngine(store, clock, settings.worker.liveness_seconds)
+    engine = build_engine(settings, store, clock)
     metrics = Metrics()
     events = EventHub(metrics)
     due = Doorbell()

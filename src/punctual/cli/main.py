@@ -147,7 +147,9 @@ def worker(
     app_ref: Annotated[str, typer.Option("--app", help="The workflows, as module:attr.")],
     config: ConfigOpt = None,
     database_url: DbOpt = None,
-    engine: Annotated[str, typer.Option(help="local or temporal.")] = "local",
+    engine: Annotated[
+        str | None, typer.Option(help="local or temporal; default: the configured engine.")
+    ] = None,
     task_queue: Annotated[
         list[str] | None, typer.Option("--task-queue", help="Queue(s) to serve; default all.")
     ] = None,
@@ -155,11 +157,14 @@ def worker(
 ) -> None:
     """Run a worker alone: it registers its definitions and executes runs."""
     _configure_logging()
-    if engine != "local":
-        typer.echo(f"error: engine {engine!r} is not available in this version", err=True)
+    if engine not in (None, "local", "temporal"):
+        typer.echo(f"error: --engine must be local or temporal, not {engine!r}", err=True)
         raise typer.Exit(2)
     with _handled():
-        system = bootstrap.build(_settings(config, database_url))
+        settings = _settings(config, database_url)
+        if engine is not None and engine != settings.engine:
+            settings = settings.model_copy(update={"engine": engine})
+        system = bootstrap.build(settings)
     try:
         with _handled():
             system.start_worker(app_ref, task_queue, slots)

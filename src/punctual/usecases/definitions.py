@@ -10,7 +10,7 @@ from datetime import datetime, timedelta
 from typing import Any
 
 from jsonschema import Draft202012Validator
-from jsonschema.exceptions import SchemaError
+from jsonschema.exceptions import SchemaError, ValidationError
 
 from punctual.domain.runs import Definition, DefinitionState
 from punctual.errors import ConfigurationError, Conflict, InvalidRequest, NotFound
@@ -45,10 +45,25 @@ def input_problems(definition: Definition, payload: Any) -> list[str]:
     except SchemaError as exc:
         return [f"the definition's input schema is invalid: {exc.message}"]
     problems = []
-    for error in sorted(validator.iter_errors(payload), key=lambda e: list(e.path)):
-        where = "/".join(str(p) for p in error.path) or "(input)"
-        problems.append(f"{where}: {error.message}")
+    for error in sorted(validator.iter_errors(payload), key=lambda e: list(e.schema_path)):
+        problems.append(_describe(error))
     return problems
+
+
+def _describe(error: ValidationError) -> str:
+    """Say which schema rule failed using only the schema: jsonschema's own messages quote
+    the input's values, and input must never reach a message, a log or a record (OS-9)."""
+    rule = str(error.validator)
+    where = "/".join(str(p) for p in error.schema_path) or rule
+    expected = json.dumps(error.validator_value, sort_keys=True, default=str)
+    if len(expected) > 200:
+        expected = expected[:200] + "..."
+    if rule == "additionalProperties" and isinstance(error.instance, dict):
+        # Property *names* are the input's structure, not its values: naming them helps.
+        known = set(error.schema.get("properties", {})) if isinstance(error.schema, dict) else set()
+        extra = sorted(str(k)[:100] for k in error.instance if k not in known)
+        return f"{where}: properties not allowed by the schema: {', '.join(extra)}"
+    return f"{where}: the input does not satisfy {rule} {expected}"
 
 
 def register_worker(

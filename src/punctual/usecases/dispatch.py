@@ -291,7 +291,11 @@ def _record_failure(
             "due_at": next_at,
         }
     else:
-        changes = {"state": StartState.FAILED.value, "reason": failure.code}
+        changes = {
+            "state": StartState.FAILED.value,
+            "reason": failure.code,
+            "next_attempt_at": None,
+        }
     won = tx.starts.compare_and_set(
         claim.id,
         claim.version,

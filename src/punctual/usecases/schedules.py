@@ -297,7 +297,7 @@ def _changed(tx: Tx, schedule: Schedule, now: datetime, **changes: Any) -> Sched
     if not tx.schedules.compare_and_set(schedule.id, schedule.version, now, **changes):
         latest = tx.schedules.get(schedule.tenant, schedule.id)
         raise version_conflict("schedule", schedule.id, latest.version if latest else 0)
-    updated = tx.schedules.get(schedule.tenant, schedule.id)
+    updated = tx.schedules.get(schedule.tenant, schedule.id, deleted=True)
     assert updated is not None
     return updated
 

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import logging
 from typing import Any
 
 from fastapi import FastAPI, Request
@@ -10,6 +11,8 @@ from fastapi.responses import JSONResponse
 from starlette.exceptions import HTTPException
 
 from punctual import errors as e
+
+log = logging.getLogger("punctual.http")
 
 _STATUS: list[tuple[type[e.PunctualError], int]] = [
     (e.Unauthenticated, 401),
@@ -82,7 +85,13 @@ def install(app: FastAPI) -> None:
         return JSONResponse(envelope(code, str(exc.detail)), status_code=exc.status_code)
 
     @app.exception_handler(Exception)
-    async def _unexpected(_request: Request, exc: Exception) -> JSONResponse:
+    async def _unexpected(request: Request, exc: Exception) -> JSONResponse:
+        log.error(
+            "event=http_unexpected_error method=%s path=%s",
+            request.method,
+            request.url.path,
+            exc_info=exc,
+        )
         return JSONResponse(
             envelope("internal_error", "punctual hit an unexpected error; it was logged"),
             status_code=500,

@@ -73,6 +73,9 @@ class LocalWorker:
         self._loaded = [(d.name, d.version) for d in app.definitions]
 
     def start(self) -> None:
+        self._pool.start()
+        # Timestamped after the slots are warm: a stale first heartbeat would hide this
+        # worker's versions from dispatch until its next beat.
         now = self._services.clock.now()
         record = WorkerRecord(
             id=self.id,
@@ -85,7 +88,6 @@ class LocalWorker:
             heartbeat_at=now,
             stopped_at=None,
         )
-        self._pool.start()
         execution.start_worker(self._services, record, declared_definitions(self._app))
         self._thread = threading.Thread(target=self._loop, name=f"worker-{self.id}", daemon=True)
         self._thread.start()
