@@ -19,6 +19,7 @@ CRASH_POINTS = frozenset(
         "during_record",  # dispatch: inside the recording transaction, before commit
         "after_record",  # dispatch: recorded, events not yet emitted
         "after_run_claim",  # worker: runs claimed, bodies not started
+        "during_generation",  # generation: occurrences written, cursor moved, not committed
     }
 )
 

@@ -26,6 +26,7 @@ from punctual.domain.recurrence import (
     count_fires_between,
     iter_fires,
     iter_timeline,
+    skipped_by_dst,
 )
 
 MAX_CATCH_UP_LIMIT = 100
@@ -178,37 +179,64 @@ def plan_occurrences(
     has not been decided.
     """
     horizon = now + lookahead
-    missed_before = now - policy.misfire_grace
-    skip_until: datetime | None = None
+    missed_before = now - policy.misfire_grace  # strictly older than this is missed
+    skip_before: datetime | None = None
     if policy.missed is MissedPolicy.SKIP:
-        skip_until = missed_before
+        skip_before = missed_before
     elif policy.catch_up_window is not None:
-        skip_until = min(missed_before, now - policy.catch_up_window)
+        skip_before = min(missed_before, now - policy.catch_up_window)
     missed = None
-    if skip_until is not None and skip_until > cursor:
-        missed = skipped_range(spec, cursor, skip_until, "missed")
+    dst_skipped: list[DstSkip] = []
+    if skip_before is not None and skip_before > cursor:
+        until = skip_before - _TICK
+        missed = skipped_range(spec, cursor, until, "missed")
+        if _is_fixed_time(spec):
+            # A wall time DST removed is its own decision, also inside a missed stretch.
+            dst_skipped += [
+                skip
+                for skip in skipped_by_dst(spec, cursor, until)
+                if not _has_fire_at(spec, skip.at)
+            ]
         if missed is not None:
             cursor = missed.last
+        elif dst_skipped:
+            cursor = dst_skipped[-1].at
     occurrences: list[PlannedOccurrence] = []
-    dst_skipped: list[DstSkip] = []
     late_generated = 0
     next_fire_at: datetime | None = None
-    for item in itertools.islice(iter_timeline(spec, cursor), 1_000_000):
-        if item.at > horizon:
-            next_fire_at = item.at
+    timeline = itertools.islice(iter_timeline(spec, cursor), _MAX_ITEMS_PER_PASS)
+    # Decide instant by instant: a fire and the DST skip of another wall time that land
+    # on the same instant are one decision (the fire), so a pass never splits them.
+    for at, group in itertools.groupby(timeline, key=lambda item: item.at):
+        items = list(group)
+        if at > horizon:
+            next_fire_at = at
             break
-        if isinstance(item, DstSkip):
+        fire = next((item for item in items if isinstance(item, Fire)), None)
+        if fire is None:
+            skip = items[0]
+            assert isinstance(skip, DstSkip)
             if _is_fixed_time(spec):
-                dst_skipped.append(item)
+                dst_skipped.append(skip)
+            cursor = at
             continue
-        late = item.at < missed_before
+        late = at < missed_before
         if len(occurrences) >= budget or (late and late_generated >= policy.max_catch_up):
-            next_fire_at = item.at
+            next_fire_at = at
             break
-        occurrences.append(PlannedOccurrence(item.at, item.nominal, item.dst_adjustment, late))
+        occurrences.append(PlannedOccurrence(at, fire.nominal, fire.dst_adjustment, late))
         late_generated += late
-        cursor = item.at
+        cursor = at
     return Plan(occurrences, missed, dst_skipped, cursor, next_fire_at)
+
+
+_TICK = timedelta(microseconds=1)
+_MAX_ITEMS_PER_PASS = 1_000_000
+
+
+def _has_fire_at(spec: RecurrenceSpec, instant: datetime) -> bool:
+    fire = first_fire_after(spec, instant - _TICK)
+    return fire is not None and fire.at == instant
 
 
 def first_fire_after(spec: RecurrenceSpec, after: datetime) -> Fire | None:

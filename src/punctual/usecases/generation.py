@@ -51,6 +51,8 @@ def generate(services: Services, budget: int) -> GenerationReport:
             report.generated += len(plan.occurrences)
             report.missed += plan.missed.count if plan.missed else 0
             report.dst_skipped += len(plan.dst_skipped)
+            if plan.occurrences:
+                services.crash_point("during_generation")
             if plan.missed is not None:
                 missed_events.append((schedule, plan.missed.count))
     if report.generated:
