@@ -208,7 +208,7 @@ def tokens_create(
     )
 
 
-def _definitions_system(config: str | None, database_url: str | None) -> bootstrap.Punctual:
+def _system(config: str | None, database_url: str | None) -> bootstrap.Punctual:
     return bootstrap.build(_settings(config, database_url))
 
 
@@ -218,7 +218,7 @@ def definitions_list(
 ) -> None:
     """List every workflow version, its state and whether a live worker has it loaded."""
     with _handled():
-        system = _definitions_system(config, database_url)
+        system = _system(config, database_url)
         try:
             items = definitions.list_definitions(system.services)
         finally:
@@ -240,7 +240,7 @@ def _lifecycle(
     as_json: bool,
 ) -> None:
     with _handled():
-        system = _definitions_system(config, database_url)
+        system = _system(config, database_url)
         try:
             updated = definitions.set_lifecycle(system.services, name, version, state)
         finally:
@@ -294,7 +294,7 @@ def definitions_check(
 ) -> None:
     """Deployment preflight: what each version is still needed by."""
     with _handled():
-        system = _definitions_system(config, database_url)
+        system = _system(config, database_url)
         try:
             report = definitions.check(system.services)
             keys = definitions.key_report(system.services)
@@ -329,7 +329,7 @@ def starts_list(
 ) -> None:
     """List a tenant's scheduled starts."""
     with _handled():
-        system = _definitions_system(config, database_url)
+        system = _system(config, database_url)
         try:
             result = starts.list_starts(
                 system.services, _operator(tenant), starts.ListStarts(state=state, limit=limit)
@@ -352,7 +352,7 @@ def starts_get(
 ) -> None:
     """Show one scheduled start as JSON."""
     with _handled():
-        system = _definitions_system(config, database_url)
+        system = _system(config, database_url)
         try:
             start = starts.get(system.services, _operator(tenant), start_id)
         finally:
@@ -370,7 +370,7 @@ def schedules_list(
 ) -> None:
     """List a tenant's schedules with their next fire times."""
     with _handled():
-        system = _definitions_system(config, database_url)
+        system = _system(config, database_url)
         try:
             result = schedules.list_schedules(system.services, _operator(tenant), limit, None)
         finally:
@@ -417,7 +417,7 @@ def schedules_create(
         name, workflow, payload, spec, overlap, missed, workload_class, max_catch_up=max_catch_up
     )
     with _handled():
-        system = _definitions_system(config, database_url)
+        system = _system(config, database_url)
         try:
             principal = Principal(tenant=tenant, subject=subject, role=Role.ADMIN)
             now = system.services.clock.now()
@@ -438,7 +438,7 @@ def _toggle_schedule(
     schedule_id: str, enabled: bool, tenant: str, config: str | None, database_url: str | None
 ) -> None:
     with _handled():
-        system = _definitions_system(config, database_url)
+        system = _system(config, database_url)
         try:
             operator = _operator(tenant)
             current = schedules.get(system.services, operator, schedule_id)
@@ -482,7 +482,7 @@ def health_command(
 ) -> None:
     """The tenant's health report; exits 1 when degraded."""
     with _handled():
-        system = _definitions_system(config, database_url)
+        system = _system(config, database_url)
         try:
             report = health.report(system.services, _operator(tenant))
         finally:
