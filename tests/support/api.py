@@ -106,3 +106,27 @@ def register_demo(system: bootstrap.Punctual) -> None:
         stopped_at=datetime(2000, 1, 1, tzinfo=UTC),
     )
     register_worker(system.services, record, declared_definitions(app))
+
+
+def live_worker(system: bootstrap.Punctual) -> None:
+    """Record a live worker with the demo versions loaded, so that dispatch can pin them
+    without starting worker processes."""
+    from punctual.adapters.engines.local.worker import declared_definitions
+    from punctual.ports.records import WorkerRecord
+    from punctual.usecases.definitions import register_worker
+    from punctual.workflows import load_app
+
+    app = load_app("punctual.demo:app")
+    now = system.services.clock.now()
+    record = WorkerRecord(
+        id="wrk_live_support",
+        engine="local",
+        host="test",
+        task_queues=["interactive", "standard", "batch"],
+        loaded=[(d.name, d.version, d.artifact) for d in app.definitions],
+        slots=1,
+        started_at=now,
+        heartbeat_at=now,
+        stopped_at=None,
+    )
+    register_worker(system.services, record, declared_definitions(app))
