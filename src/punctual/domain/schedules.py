@@ -180,15 +180,15 @@ def plan_occurrences(
     """
     horizon = now + lookahead
     missed_before = now - policy.misfire_grace  # strictly older than this is missed
-    skip_before: datetime | None = None
+    until: datetime | None = None  # fires at or before this are skipped as missed
     if policy.missed is MissedPolicy.SKIP:
-        skip_before = missed_before
+        until = missed_before - _TICK
     elif policy.catch_up_window is not None:
-        skip_before = min(missed_before, now - policy.catch_up_window)
+        # Catch-up reaches back less than the window: a fire exactly that old is out.
+        until = min(missed_before - _TICK, now - policy.catch_up_window)
     missed = None
     dst_skipped: list[DstSkip] = []
-    if skip_before is not None and skip_before > cursor:
-        until = skip_before - _TICK
+    if until is not None and until > cursor:
         missed = skipped_range(spec, cursor, until, "missed")
         if _is_fixed_time(spec):
             # A wall time DST removed is its own decision, also inside a missed stretch.
