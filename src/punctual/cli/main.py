@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import json
 import logging
+import os
 import signal
 import sys
 import threading
@@ -20,6 +21,7 @@ import typer
 from punctual import bootstrap
 from punctual.adapters.stores.sql import migrate
 from punctual.adapters.stores.sql.store import SqlStore
+from punctual.cli import asgi
 from punctual.domain.permissions import Principal, Role
 from punctual.domain.runs import DefinitionState
 from punctual.errors import ConfigurationError, PunctualError
@@ -95,6 +97,9 @@ def serve(
     components: Annotated[
         str, typer.Option(help="Any of api,runner,worker (comma-separated).")
     ] = "api,runner,worker",
+    workers: Annotated[
+        int, typer.Option(help="API processes (with --components api only); one per core.")
+    ] = 1,
 ) -> None:
     """Run the API, the runner and a worker in one process (or the chosen components)."""
     _configure_logging()
@@ -103,6 +108,9 @@ def serve(
     if unknown or not wanted:
         typer.echo(f"error: unknown component(s): {', '.join(sorted(unknown))}", err=True)
         raise typer.Exit(2)
+    if workers > 1:
+        _serve_api_processes(config, database_url, host, port, workers, wanted)
+        return
     with _handled():
         settings = _settings(config, database_url)
         system = bootstrap.build(settings)
@@ -133,6 +141,39 @@ def serve(
             _wait_for_signal()
     finally:
         system.close()
+
+
+def _serve_api_processes(
+    config: str | None,
+    database_url: str | None,
+    host: str,
+    port: int,
+    workers: int,
+    wanted: set[str],
+) -> None:
+    """Several API processes behind one port; runners and workers run as their own
+    processes (``--components runner,worker``)."""
+    import uvicorn
+
+    if wanted != {"api"}:
+        typer.echo("error: --workers needs --components api", err=True)
+        raise typer.Exit(2)
+    with _handled():
+        settings = _settings(config, database_url)
+        bootstrap.build(settings).close()  # validate and migrate once, before forking
+    if config is not None:
+        os.environ[asgi.CONFIG_FILE_VARIABLE] = config
+    if database_url is not None:
+        os.environ["PUNCTUAL_DATABASE_URL"] = database_url
+    typer.echo(f"punctual is serving on http://{host}:{port} with {workers} API processes")
+    uvicorn.run(
+        "punctual.cli.asgi:create_app",
+        factory=True,
+        host=host,
+        port=port,
+        workers=workers,
+        log_level="warning",
+    )
 
 
 def _wait_for_signal() -> None:

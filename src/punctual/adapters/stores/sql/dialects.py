@@ -37,9 +37,10 @@ def create_engine(url: str, *, pool_size: int = 10) -> Engine:
         )
         _configure_sqlite(engine)
         return engine
-    return sa.create_engine(
-        url, pool_size=pool_size, max_overflow=pool_size, pool_pre_ping=True, pool_recycle=1800
-    )
+    # No pre-ping: it costs a round trip per checkout. A connection found dead raises a
+    # disconnect error, which invalidates the whole pool and surfaces as ``Unavailable``
+    # (retried by runners and workers, ``503`` to API clients).
+    return sa.create_engine(url, pool_size=pool_size, max_overflow=pool_size, pool_recycle=1800)
 
 
 def _configure_sqlite(engine: Engine) -> None:

@@ -65,10 +65,12 @@ class SqlStarts:
             "updated_at": now,
             "run_id": new.run_id,
         }
-        self._conn.execute(sa.insert(t.starts).values(**values))
-        created = self.get(new.tenant, new.id)
-        assert created is not None
-        return created
+        row = (
+            self._conn.execute(sa.insert(t.starts).values(**values).returning(*t.starts.c))
+            .mappings()
+            .one()
+        )
+        return start_from_row(row)
 
     def insert_occurrences(self, occurrences: Sequence[NewOccurrence], now: datetime) -> int:
         """Insert occurrences; one already present for (schedule, occurrence_at) is kept

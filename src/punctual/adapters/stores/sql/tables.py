@@ -174,6 +174,20 @@ starts = sa.Table(
         postgresql_where=sa.text("state IN ('scheduled', 'dispatching')"),
         sqlite_where=sa.text("state IN ('scheduled', 'dispatching')"),
     ),
+    # The idle runner's look for expired claims, and the release of buffered occurrences:
+    # both touch only a handful of rows however large the table grows.
+    sa.Index(
+        "ix_starts_claim_lease",
+        "lease_until",
+        postgresql_where=sa.text("state = 'dispatching'"),
+        sqlite_where=sa.text("state = 'dispatching'"),
+    ),
+    sa.Index(
+        "ix_starts_buffered",
+        "schedule_id",
+        postgresql_where=sa.text("state = 'buffered'"),
+        sqlite_where=sa.text("state = 'buffered'"),
+    ),
     sa.Index(None, "tenant", "seq"),
     sa.Index(None, "tenant", "business_request_id"),
     sa.Index(None, "tenant", "state"),

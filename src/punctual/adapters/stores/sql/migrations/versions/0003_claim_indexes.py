@@ -1,0 +1,40 @@
+"""partial indexes for expired claims and buffered occurrences
+
+Revision ID: 0003
+Revises: 0002
+Create Date: 2026-11-29
+"""
+
+from __future__ import annotations
+
+import sqlalchemy as sa
+from alembic import op
+
+revision = "0003"
+down_revision = "0002"
+branch_labels = None
+depends_on = None
+
+
+def upgrade() -> None:
+    with op.batch_alter_table("starts", schema=None) as batch_op:
+        batch_op.create_index(
+            "ix_starts_claim_lease",
+            ["lease_until"],
+            unique=False,
+            postgresql_where=sa.text("state = 'dispatching'"),
+            sqlite_where=sa.text("state = 'dispatching'"),
+        )
+        batch_op.create_index(
+            "ix_starts_buffered",
+            ["schedule_id"],
+            unique=False,
+            postgresql_where=sa.text("state = 'buffered'"),
+            sqlite_where=sa.text("state = 'buffered'"),
+        )
+
+
+def downgrade() -> None:
+    with op.batch_alter_table("starts", schema=None) as batch_op:
+        batch_op.drop_index("ix_starts_buffered")
+        batch_op.drop_index("ix_starts_claim_lease")
