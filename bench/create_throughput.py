@@ -1,0 +1,534 @@
+"""Scheduled starts created per second through the real HTTP server.
+
+For each backend (SQLite, PostgreSQL) and each client count (1, 16) it makes a fresh
+database, starts ``punctual serve --components api`` (one process: one uvicorn worker,
+the only option ``serve`` has), and runs the load generator (``bench.loadgen``, its own
+process) ``--runs`` times: a warm-up, then ``--count`` timed ``POST .../scheduled-starts``,
+each with a unique ``Idempotency-Key``. It reports the median creates/s of the runs with
+min and max, request latency, and the CPU each process used (100 % = one core).
+
+``--profile`` then runs the same load once more against an in-process copy of the
+server under cProfile (``bench.profile_server``) and prints where the time goes.
+
+    .venv/bin/python -m bench.create_throughput
+    .venv/bin/python -m bench.create_throughput --backends postgres --clients 16 --profile
+"""
+
+from __future__ import annotations
+
+import argparse
+import contextlib
+import json
+import os
+import pstats
+import shutil
+import signal
+import subprocess
+import tempfile
+from collections import Counter
+from collections.abc import Callable, Iterator
+from contextlib import AbstractContextManager
+from dataclasses import dataclass
+from functools import partial
+from pathlib import Path
+from typing import Any
+
+from bench.common import (
+    DEV_TOKEN,
+    PYTHON,
+    BenchError,
+    CpuWindow,
+    Proc,
+    Spread,
+    Target,
+    build_system,
+    database_of,
+    free_port,
+    fresh_target,
+    http_ready,
+    parse_list,
+    print_machine,
+    print_table,
+    register_demo_definitions,
+    running,
+    serve_argv,
+    spawn,
+    wait_until,
+)
+
+STARTUP_SECONDS = 60.0
+TARGET_PER_S = 1000.0
+
+
+@dataclass
+class RunResult:
+    rate: float
+    p50_ms: float
+    p99_ms: float
+    errors: int
+    sample_error: str | None
+    server_cpu: float
+    postgres_cpu: float
+    client_cpu: float
+    others_cpu: float
+    server_ms_per_request: float
+
+
+def prepare(target: Target, preload: int = 0) -> None:
+    """Activate the demo workflows (an API-only server has no worker to register them),
+    and insert ``preload`` pending starts of the same tenant first."""
+    from bench.dispatch_throughput import insert_backlog
+
+    system = build_system(target)
+    try:
+        register_demo_definitions(system)
+        if preload and target.backend == "postgres":
+            insert_backlog(target, system.services.codec, preload)
+    finally:
+        system.close()
+
+
+def load(
+    ports: list[int],
+    clients: int,
+    count: int,
+    warmup: int,
+    tag: str,
+    servers: list[Proc],
+    database_url: str,
+    around: Callable[[], AbstractContextManager[Any]] = contextlib.nullcontext,
+    route: str = "create",
+) -> RunResult:
+    """One run of the load generator; ``around`` wraps just the timed phase (a profiler)."""
+    port_list = ",".join(str(p) for p in ports)
+    argv = [str(PYTHON), "-m", "bench.loadgen", "--port", port_list, "--token", DEV_TOKEN]
+    argv += ["--clients", str(clients), "--count", str(count), "--warmup", str(warmup)]
+    argv += ["--tag", tag, "--handshake", "--route", route]
+    generator = subprocess.Popen(
+        argv,
+        stdin=subprocess.PIPE,
+        stdout=subprocess.PIPE,
+        text=True,
+        cwd=Path(__file__).resolve().parent.parent,
+        start_new_session=True,
+    )
+    groups = {f"server{n}": server.pid for n, server in enumerate(servers)}
+    groups["client"] = generator.pid
+    window = CpuWindow(groups, database_of(database_url))
+    try:
+        assert generator.stdin is not None and generator.stdout is not None
+        if generator.stdout.readline().strip() != "warm":
+            raise BenchError(f"the load generator failed during warm-up\n{servers[0].tail()}")
+        with around():
+            window.start()
+            generator.stdin.write("go\n")
+            generator.stdin.flush()
+            line = generator.stdout.readline()
+            window.stop()
+        if generator.wait(60) != 0 or not line:
+            raise BenchError(f"the load generator failed\n{servers[0].tail()}")
+    finally:
+        if generator.poll() is None:
+            generator.kill()
+            generator.wait()
+    result: dict[str, Any] = json.loads(line)
+    errors = result["count"] - result["created"]
+    assert window.used is not None
+    server_seconds = sum(window.used[f"server{n}"] for n in range(len(servers)))
+    return RunResult(
+        rate=result["rate_per_s"],
+        p50_ms=result["latency_ms"]["p50"],
+        p99_ms=result["latency_ms"]["p99"],
+        errors=errors,
+        sample_error=result["sample_error"],
+        server_cpu=100.0 * server_seconds / window.elapsed,
+        postgres_cpu=window.percent("postgres"),
+        client_cpu=window.percent("client"),
+        others_cpu=window.percent("others"),
+        server_ms_per_request=(
+            1000 * server_seconds / result["created"] if result["created"] else float("nan")
+        ),
+    )
+
+
+def measure(
+    backend: str,
+    clients: int,
+    args: argparse.Namespace,
+    log_dir: Path,
+    route: str = "create",
+    processes: int = 1,
+    preload: int = 0,
+) -> list[RunResult]:
+    """Fresh database, ``processes`` API servers (the load generator alternates between
+    them, as a balancer would between uvicorn workers), ``args.runs`` runs."""
+    with fresh_target(backend, "create") as target, contextlib.ExitStack() as stack:
+        prepare(target, preload)
+        ports: list[int] = []
+        servers: list[Proc] = []
+        for n in range(processes):
+            port = free_port()
+            server = spawn(f"serve-api{n}", serve_argv(target, "api", port), target, log_dir)
+            stack.enter_context(running(server))
+            ports.append(port)
+            servers.append(server)
+            # One at a time: each start ensures tenant ``default`` and its dev token.
+            wait_until("the API", partial(http_ready, port), STARTUP_SECONDS, procs=servers)
+        results = []
+        label = f"{backend} x{processes}" if processes > 1 else backend
+        label += f" +{preload} pending" if preload else ""
+        for run in range(1, args.runs + 1):
+            tag = f"ct-{backend}-{clients}-{processes}-{run}"
+            result = load(
+                ports, clients, args.count, args.warmup, tag, servers, target.url, route=route
+            )
+            results.append(result)
+            print(
+                f"   {label:<11} {route} clients={clients:<3} run {run}: "
+                f"{result.rate:,.0f} req/s"
+                f"  server CPU {result.server_ms_per_request:.2f} ms/req"
+                f"  p50 {result.p50_ms:.1f} ms  p99 {result.p99_ms:.1f} ms"
+                f"  errors {result.errors}"
+                f"  cpu server {result.server_cpu:.0f}% postgres {result.postgres_cpu:.0f}%"
+                f" client {result.client_cpu:.0f}% others {result.others_cpu:.0f}%",
+                flush=True,
+            )
+            if result.sample_error:
+                print(f"     first error: {result.sample_error}", flush=True)
+        return results
+
+
+# --- profile -----------------------------------------------------------------------------------
+
+STAGES: list[tuple[str, str, str]] = [
+    # (label, file suffix, function name): what a create spends its time on, inclusive.
+    ("HTTP edge: authenticate (token lookup tx)", "usecases/identity.py", "authenticate"),
+    ("idempotency: claim key (1st tx)", "usecases/idempotency.py", "_claim_or_replay"),
+    ("idempotency: run mutation + record (2nd tx)", "usecases/idempotency.py", "_execute"),
+    ("  parse + validate body (pydantic)", "adapters/http/edge.py", "parse_body"),
+    ("  require_active (definition read)", "usecases/definitions.py", "require_active"),
+    ("  input_problems (JSON Schema)", "usecases/definitions.py", "input_problems"),
+    ("  quota admit_start (count pending)", "adapters/quota.py", "admit_start"),
+    ("  codec encrypt (AES-GCM)", "adapters/crypto.py", "encrypt"),
+    ("  starts.insert", "stores/sql/starts.py", "insert"),
+    ("  record outcome (idempotency complete)", "stores/sql/idempotency.py", "complete"),
+    ("fingerprint (canonical JSON + sha256)", "adapters/http/edge.py", "fingerprint"),
+    ("SQLAlchemy Connection.execute (all)", "sqlalchemy/engine/base.py", "execute"),
+    ("  statement compile / cache key (all)", "sqlalchemy/sql/elements.py", "_compile_w_cache"),
+    ("  psycopg cursor.execute (all)", "psycopg/cursor.py", "execute"),
+    ("transaction commit (all)", "sqlalchemy/engine/base.py", "commit"),
+    ("pool checkout incl. pre-ping (all)", "sqlalchemy/pool/base.py", "_checkout"),
+    ("FastAPI/Starlette request handling", "fastapi/routing.py", "app"),
+    ("uvicorn httptools protocol", "protocols/http/httptools_impl.py", "run_asgi"),
+]
+
+PACKAGES = [
+    "punctual",
+    "sqlalchemy",
+    "psycopg",
+    "fastapi",
+    "starlette",
+    "pydantic",
+    "uvicorn",
+    "anyio",
+    "jsonschema",
+    "cryptography",
+    "asyncio",
+    "concurrent",
+    "threading",
+    "json",
+]
+
+
+def _package_of(path: str) -> str:
+    parts = path.replace("\\", "/").split("/")
+    for name in PACKAGES:
+        if name in parts:
+            return name
+    return "other (stdlib, C)"
+
+
+def _cumulative(stats: pstats.Stats, suffix: str, name: str) -> tuple[float, int]:
+    """Cumulative time and primitive calls of the functions that match (summed)."""
+    total, calls = 0.0, 0
+    for (filename, _line, function), entry in stats.stats.items():  # type: ignore[attr-defined]
+        if function == name and filename.replace("\\", "/").endswith(suffix):
+            total += entry[3]
+            calls += entry[0]
+    return total, calls
+
+
+def report_cprofile(path: Path, requests: int, timer: str, top: int) -> None:
+    stats = pstats.Stats(str(path))
+    total = stats.total_tt  # type: ignore[attr-defined]
+    what = "CPU" if timer == "cpu" else "wall"
+    print(
+        f"\ncProfile ({what} time, every thread): {total:.2f} s for {requests} requests "
+        f"= {1e6 * total / requests:,.0f} us per request (cProfile's own overhead included)"
+    )
+    rows = []
+    for label, suffix, name in STAGES:
+        cumulative, calls = _cumulative(stats, suffix, name)
+        if calls:
+            rows.append(
+                [label, f"{1e6 * cumulative / requests:,.0f}", f"{100 * cumulative / total:.0f}%"]
+            )
+    print_table(["stage (inclusive)", "us/request", f"share of {what}"], rows)
+    by_package: Counter[str] = Counter()
+    for (filename, _line, _function), entry in stats.stats.items():  # type: ignore[attr-defined]
+        by_package[_package_of(filename)] += entry[2]
+    print(f"Own {what} time by package:")
+    print_table(
+        ["package", "share"],
+        [[name, f"{100 * t / total:.1f}%"] for name, t in by_package.most_common()],
+    )
+    entries = sorted(
+        stats.stats.items(),  # type: ignore[attr-defined]
+        key=lambda item: item[1][2],
+        reverse=True,
+    )[:top]
+    rows = [
+        [
+            f"{Path(filename).parent.name}/{Path(filename).name}:{line} {function}"
+            if filename != "~"
+            else function,
+            f"{1e6 * entry[2] / requests:,.1f}",
+            f"{100 * entry[2] / total:.1f}%",
+        ]
+        for (filename, line, function), entry in entries
+    ]
+    print(f"Top {top} functions by own {what} time:")
+    print_table(["function", "us/request", "share"], rows)
+
+
+def _frames(stack: str) -> list[tuple[str, str]]:
+    """``func (path:line);...`` -> [(func, path)], outermost first (py-spy's raw format)."""
+    frames = []
+    for frame in stack.split(";"):
+        func, _, rest = frame.partition(" (")
+        frames.append((func, rest.rsplit(":", 1)[0]))
+    return frames
+
+
+def _matches(func: str, path: str, name: str, suffix: str) -> bool:
+    """py-spy names methods ``Class.method``; cProfile names them ``method``."""
+    return (func == name or func.endswith("." + name)) and path.endswith(suffix)
+
+
+def report_pyspy(path: Path, requests: int, seconds: float, top: int) -> None:
+    stacks: list[tuple[list[tuple[str, str]], int]] = []
+    for line in path.read_text().splitlines():
+        stack, _, number = line.rpartition(" ")
+        if stack and number.isdigit():
+            stacks.append((_frames(stack), int(number)))
+    total = sum(count for _, count in stacks)
+    if not total:
+        print("py-spy recorded no samples")
+        return
+    print(
+        f"\npy-spy (sampling, non-idle threads of `punctual serve`): {total} samples in "
+        f"{seconds:.1f} s; shares are of all non-idle samples"
+    )
+    roots: Counter[str] = Counter()
+    stages: Counter[str] = Counter()
+    own: Counter[str] = Counter()
+    packages: Counter[str] = Counter()
+    for frames, count in stacks:
+        files = {p for _, p in frames}
+        if any(p.endswith("concurrent/futures/thread.py") for p in files):
+            roots["idempotency runner pool threads (the mutations)"] += count
+        elif any(_matches(f, p, "run", "anyio/_backends/_asyncio.py") for f, p in frames):
+            roots["AnyIO worker threads (sync routes and dependencies)"] += count
+        else:
+            roots["event loop thread (uvicorn, Starlette/FastAPI async)"] += count
+        for label, suffix, name in STAGES:
+            if any(_matches(f, p, name, suffix) for f, p in frames):
+                stages[label] += count
+        func, file = frames[-1]
+        own[f"{Path(file).parent.name}/{Path(file).name} {func}"] += count
+        packages[_package_of(file)] += count
+    print_table(
+        ["thread", "share"], [[k, f"{100 * v / total:.0f}%"] for k, v in roots.most_common()]
+    )
+    print_table(
+        ["stage (inclusive)", "share of samples"],
+        [[label, f"{100 * stages[label] / total:.0f}%"] for label, _, _ in STAGES if stages[label]],
+    )
+    print("Own (leaf) samples by package:")
+    print_table(
+        ["package", "share"], [[k, f"{100 * v / total:.1f}%"] for k, v in packages.most_common()]
+    )
+    print(f"Top {top} functions by own samples:")
+    print_table(
+        ["function", "share"],
+        [[k, f"{100 * v / total:.1f}%"] for k, v in own.most_common(top)],
+    )
+
+
+def find_py_spy() -> str | None:
+    return os.environ.get("PY_SPY") or shutil.which("py-spy")
+
+
+def profile(args: argparse.Namespace, log_dir: Path) -> None:
+    clients = int(parse_list(args.clients)[-1])
+    py_spy = find_py_spy()
+    use_py_spy = args.profiler == "py-spy"
+    if use_py_spy and py_spy is None:
+        raise BenchError("py-spy not found: put it on PATH or set PY_SPY=/path/to/py-spy")
+    how = "py-spy" if use_py_spy else f"cProfile (timer={args.timer})"
+    print(f"\nProfiling with {how}: postgres, {clients} clients, {args.count} creates")
+    with fresh_target("postgres", "createprof") as target:
+        prepare(target)
+        port = free_port()
+        if use_py_spy:
+            server = spawn("serve-api", serve_argv(target, "api", port), target, log_dir)
+            out = log_dir / "create.pyspy.txt"
+        else:
+            out = log_dir / "create.pstats"
+            argv = [str(PYTHON), "-m", "bench.profile_server", "--database-url", target.url]
+            argv += ["--port", str(port), "--dev-token", DEV_TOKEN, "--out", str(out)]
+            argv += ["--timer", args.timer]
+            server = spawn("profile-server", argv, target, log_dir)
+
+        @contextlib.contextmanager
+        def sampling() -> Iterator[None]:
+            assert py_spy is not None
+            argv = [py_spy, "record", "--pid", str(server.pid), "--rate", "250"]
+            argv += ["--format", "raw", "--gil", "--output", str(out)]
+            spy = subprocess.Popen(argv, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+            try:
+                yield
+            finally:
+                spy.send_signal(signal.SIGINT)
+                try:
+                    spy.wait(60)
+                except subprocess.TimeoutExpired:
+                    spy.kill()
+                    spy.wait()
+
+        with running(server):
+            wait_until("the API", lambda: http_ready(port), STARTUP_SECONDS, procs=[server])
+            around = sampling if use_py_spy else contextlib.nullcontext
+            result = load(
+                [port], clients, args.count, args.warmup, "prof", [server], target.url, around
+            )
+            print(
+                f"   while profiled: {result.rate:,.0f} creates/s, errors {result.errors}",
+                flush=True,
+            )
+            server.stop(timeout=60)
+        if not out.exists():
+            raise BenchError(f"the profiler wrote nothing\n{server.tail()}")
+        if args.save_profile:
+            shutil.copyfile(out, args.save_profile)
+            print(f"   profile saved to {args.save_profile}")
+        if use_py_spy:
+            report_pyspy(out, args.count, args.count / result.rate, args.top)
+        else:
+            report_cprofile(out, args.count + args.warmup, args.timer, args.top)
+
+
+def row_of(label: str, clients: int, results: list[RunResult]) -> list[str]:
+    return [
+        label,
+        str(clients),
+        Spread.of([r.rate for r in results]).fmt(),
+        Spread.of([r.p50_ms for r in results]).fmt(1),
+        Spread.of([r.p99_ms for r in results]).fmt(1),
+        str(sum(r.errors for r in results)),
+        Spread.of([r.server_ms_per_request for r in results]).fmt(2),
+        Spread.of([r.server_cpu for r in results]).fmt(),
+        Spread.of([r.postgres_cpu for r in results]).fmt(),
+        Spread.of([r.client_cpu for r in results]).fmt(),
+        Spread.of([r.others_cpu for r in results]).fmt(),
+    ]
+
+
+HEADERS = [
+    "backend",
+    "clients",
+    "req/s",
+    "p50 ms",
+    "p99 ms",
+    "errors",
+    "server CPU ms/req",
+    "server CPU",
+    "postgres CPU",
+    "client CPU",
+    "others' CPU",
+]
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    parser.add_argument("--backends", default="sqlite,postgres", help="sqlite,postgres")
+    parser.add_argument("--clients", default="1,16", help="Concurrent clients, e.g. 1,16.")
+    parser.add_argument("--count", type=int, default=2000, help="Timed creates per run.")
+    parser.add_argument("--warmup", type=int, default=100, help="Untimed creates per run.")
+    parser.add_argument("--runs", type=int, default=3)
+    parser.add_argument(
+        "--api-processes",
+        default="1",
+        help="API server processes, e.g. 1,2: with 2, the 16-client PostgreSQL case is also "
+        "run against two `serve --components api` processes (what uvicorn --workers 2 would "
+        "give; `serve` has no such option).",
+    )
+    parser.add_argument(
+        "--preload",
+        type=int,
+        default=0,
+        help="Also run the 16-client PostgreSQL case with this many pending starts inserted "
+        "first (each create counts the tenant's pending starts), e.g. 10000.",
+    )
+    parser.add_argument(
+        "--no-floor",
+        action="store_true",
+        help="Skip GET /healthz with the most clients (what the HTTP stack alone costs).",
+    )
+    parser.add_argument("--profile", action="store_true", help="Also profile the server.")
+    parser.add_argument("--profile-only", action="store_true", help="Only profile.")
+    parser.add_argument(
+        "--profiler",
+        choices=["cprofile", "py-spy"],
+        default="cprofile",
+        help="cprofile: in-process harness, every thread, CPU timer (default). py-spy: "
+        "sampling, attached to the real server (on PATH or $PY_SPY); in containers its "
+        "idle detection can be unreliable.",
+    )
+    parser.add_argument("--timer", choices=["cpu", "wall"], default="cpu", help="cProfile timer.")
+    parser.add_argument("--top", type=int, default=25, help="Functions listed by the profile.")
+    parser.add_argument("--save-profile", default=None, help="Keep the profile file here.")
+    args = parser.parse_args()
+
+    print_machine("create_throughput: creates/s through POST /scheduled-starts")
+    print("   server: `punctual serve --components api`, 1 process = 1 uvicorn worker")
+    with tempfile.TemporaryDirectory(prefix="punctual-bench-logs-") as logs:
+        log_dir = Path(logs)
+        if not args.profile_only:
+            rows = []
+            most = max(int(c) for c in parse_list(args.clients))
+            for backend in parse_list(args.backends):
+                for clients in (int(c) for c in parse_list(args.clients)):
+                    rows.append(row_of(backend, clients, measure(backend, clients, args, log_dir)))
+                if args.preload and backend == "postgres":
+                    loaded = measure(backend, most, args, log_dir, preload=args.preload)
+                    rows.append(row_of(f"{backend} +{args.preload:,} pending", most, loaded))
+                for processes in (int(n) for n in parse_list(args.api_processes)):
+                    if processes > 1:
+                        scaled = measure(backend, most, args, log_dir, processes=processes)
+                        rows.append(row_of(f"{backend} x{processes} processes", most, scaled))
+                if not args.no_floor:
+                    floor = measure(backend, most, args, log_dir, route="healthz")
+                    rows.append(row_of(f"{backend} GET /healthz", most, floor))
+            print(
+                f"\nrequests/s: median of {args.runs} runs of {args.count} [min-max];"
+                " CPU in % of one core over the timed phase"
+            )
+            print_table(HEADERS, rows)
+            print(f"target: >= {TARGET_PER_S:,.0f} creates/s with 16 clients on PostgreSQL")
+        if args.profile or args.profile_only:
+            profile(args, log_dir)
+
+
+if __name__ == "__main__":
+    main()
