@@ -526,6 +526,7 @@ def forget_outcome(h: Harness, run_id: str) -> None:
 @pytest.mark.parametrize("harness", ["temporal"], indirect=True)
 def test_sync_records_what_only_temporal_saw(harness: Harness) -> None:
     """WF-8: outcomes reach the store from Temporal's history, and reads never need Temporal."""
+    from punctual.adapters.engines.temporal.engine import TemporalEngine
     from punctual.adapters.engines.temporal.sync import sync_runs
 
     h = harness
@@ -561,7 +562,8 @@ def test_sync_records_what_only_temporal_saw(harness: Harness) -> None:
         dead.close()
     assert h.run(ok).state is RunState.RUNNING
 
-    report = sync_runs(h.services, h.engine)  # type: ignore[arg-type]
+    assert isinstance(h.engine, TemporalEngine)
+    report = sync_runs(h.services, h.engine)
     assert set(report.finished) == {ok, boom, slow, hung}
     completed = h.run(ok)
     assert completed.state is RunState.COMPLETED
@@ -582,7 +584,8 @@ def test_sync_records_what_only_temporal_saw(harness: Harness) -> None:
     # Temporal's terminate also reached the body: it stopped ticking.
     assert body_stops(tick, terminated_at) < 3
     # Idempotent: a second pass finds nothing left to do.
-    again = sync_runs(h.services, h.engine)  # type: ignore[arg-type]
+    assert isinstance(h.engine, TemporalEngine)
+    again = sync_runs(h.services, h.engine)
     assert (again.observed, again.finished) == (0, [])
 
 
@@ -590,6 +593,7 @@ def test_sync_records_what_only_temporal_saw(harness: Harness) -> None:
 @pytest.mark.parametrize("harness", ["temporal"], indirect=True)
 def test_a_run_temporal_has_no_execution_for_is_started_by_the_sync(harness: Harness) -> None:
     """DP-6: after Temporal lost its state, a recorded run that never ran is started again."""
+    from punctual.adapters.engines.temporal.engine import TemporalEngine
     from punctual.adapters.engines.temporal.sync import sync_runs
 
     h = harness
@@ -605,7 +609,8 @@ def test_a_run_temporal_has_no_execution_for_is_started_by_the_sync(harness: Har
     assert h.temporal_address is not None
     assert temporal_executions(h.temporal_address, run_id) == []
 
-    synced = sync_runs(h.services, h.engine)  # type: ignore[arg-type]
+    assert isinstance(h.engine, TemporalEngine)
+    synced = sync_runs(h.services, h.engine)
     assert synced.restarted == [run_id]
     run = h.wait(run_id, finished)
     assert run.state is RunState.COMPLETED
