@@ -70,18 +70,18 @@ def insert_ignore(
 ) -> int:
     """Insert rows, silently keeping existing ones on a conflict of ``key``; rows inserted.
 
-    Counted with RETURNING: an executemany's rowcount is not reliable on every driver.
+    The rows travel as parameters of one cached statement (SQLAlchemy batches them into
+    multi-row VALUES), so the SQL is compiled once however many rows a call carries;
+    inserted rows are counted with RETURNING, as an executemany's rowcount is not reliable
+    on every driver.
     """
     if not rows:
         return 0
     dialect = postgresql if conn.dialect.name == "postgresql" else sqlite
     stmt = (
-        dialect.insert(table)
-        .values(list(rows))
-        .on_conflict_do_nothing(index_elements=key)
-        .returning(table.c[key[0]])
+        dialect.insert(table).on_conflict_do_nothing(index_elements=key).returning(table.c[key[0]])
     )
-    return len(conn.execute(stmt).all())
+    return len(conn.execute(stmt, [dict(row) for row in rows]).all())
 
 
 def claimable(select: sa.Select[Any], conn: sa.Connection) -> sa.ScalarSelect[Any]:
