@@ -637,6 +637,22 @@ def test_runner_bookkeeping_never_changes_the_version(rig: Rig) -> None:
     assert paused["version"] == 2, "a user mutation does change it"
 
 
+def test_last_run_is_the_latest_occurrence_dispatched_in_a_pass(rig: Rig) -> None:
+    behind = rig.every("behind", 10.0)["id"]
+    other = rig.every("other", 30.0)["id"]
+    rig.advance(35.0)
+    rig.generate()
+    report = rig.dispatch()
+
+    assert len(report.dispatched) == 4, "three of `behind` and one of `other` in one page"
+    for sid in (behind, other):
+        latest = [o for o in rig.occurrences(sid) if o.state == "dispatched"][-1]
+        schedule = rig.get(sid)
+        assert (schedule["last_run_id"], schedule["last_status"]) == (latest.run_id, "fired")
+        assert schedule["last_fired_at"] == to_rfc3339(rig.now)
+        assert schedule["version"] == 1
+
+
 # --------------------------------------------------------------------------- (7) auto-disable
 
 

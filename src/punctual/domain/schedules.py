@@ -9,7 +9,7 @@ class), *how* (``SchedulePolicy``) and *state* (enabled, cursor, last fired). On
 from __future__ import annotations
 
 import itertools
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from datetime import datetime, timedelta
 from enum import StrEnum
 from typing import Any
@@ -93,12 +93,12 @@ class SkippedRange:
 
 @dataclass(frozen=True)
 class Plan:
-    occurrences: list[PlannedOccurrence] = field(default_factory=list)
-    missed: SkippedRange | None = None
-    dst_skipped: list[DstSkip] = field(default_factory=list)
-    cursor: datetime | None = None
+    occurrences: list[PlannedOccurrence]
+    missed: SkippedRange | None
+    dst_skipped: list[DstSkip]
+    cursor: datetime
     """The logical time up to which every fire has been decided."""
-    next_fire_at: datetime | None = None
+    next_fire_at: datetime | None
     """When the next pass should look at this schedule again."""
 
 

@@ -7,7 +7,7 @@ from datetime import datetime
 from typing import Any
 
 from punctual.domain.recurrence import RecurrenceSpec
-from punctual.domain.schedules import SchedulePolicy, VersionPolicy
+from punctual.domain.schedules import Schedule, SchedulePolicy, VersionPolicy
 
 
 @dataclass(frozen=True)
@@ -73,6 +73,7 @@ class ClaimedStart:
     origin: dict[str, Any] = field(default_factory=dict)
     schedule_id: str | None = None
     due_at: datetime | None = None
+    occurrence_at: datetime | None = None
 
 
 @dataclass(frozen=True)
@@ -204,3 +205,29 @@ class NewOccurrence:
     reason: str | None = None
     range_last: datetime | None = None
     range_count: int | None = None
+
+
+@dataclass(frozen=True)
+class DueSchedule:
+    """A schedule the generation pass holds locked, with the sealed input its occurrences
+    copy (read by the claim itself, so a pass needs no read per schedule)."""
+
+    schedule: Schedule
+    input: EncryptedInput
+
+
+@dataclass(frozen=True)
+class CursorMove:
+    """Where a generation pass leaves a schedule: runner bookkeeping, never a version."""
+
+    schedule_id: str
+    cursor: datetime
+    next_fire_at: datetime | None
+
+
+@dataclass(frozen=True)
+class Fired:
+    """A schedule's latest occurrence dispatched in a pass (``last_fired_at``/``last_run_id``)."""
+
+    schedule_id: str
+    run_id: str

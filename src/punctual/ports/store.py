@@ -7,7 +7,7 @@ named test for each "must" below and runs over every adapter.
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Collection, Sequence
 from contextlib import AbstractContextManager
 from datetime import datetime
 from typing import Any, Protocol
@@ -19,9 +19,12 @@ from punctual.domain.starts import ScheduledStart, StartState
 from punctual.ports.records import (
     ClaimedRun,
     ClaimedStart,
+    CursorMove,
     DispatchedStart,
+    DueSchedule,
     EncryptedInput,
     Finding,
+    Fired,
     IdempotencyRecord,
     NewOccurrence,
     NewRun,
@@ -311,9 +314,20 @@ class Schedules(Protocol):
     def record(self, schedule_id: str, **bookkeeping: Any) -> None:
         """Runner bookkeeping; must never change ``version`` (RS-6)."""
 
-    def claim_due_for_generation(self, horizon: datetime, limit: int) -> list[Schedule]:
-        """Lock enabled schedules due by ``horizon`` until commit; concurrent passes must
-        skip locked ones (the schedule lock of RS-5)."""
+    def get_many(self, schedule_ids: Collection[str]) -> dict[str, Schedule]:
+        """Schedules by id, deleted ones included (dispatch resolves a page at once)."""
+
+    def claim_due_for_generation(self, horizon: datetime, limit: int) -> list[DueSchedule]:
+        """Lock enabled schedules due by ``horizon`` until commit, earliest first;
+        concurrent passes must skip locked ones (the schedule lock of RS-5)."""
+
+    def move_cursors(self, moves: Sequence[CursorMove]) -> None:
+        """Move many cursors in one statement; bookkeeping, never ``version`` (RS-6)."""
+
+    def note_fired(self, fired: Sequence[Fired], at: datetime) -> None:
+        """``last_fired_at``/``last_run_id``/``last_status`` of schedules whose occurrences
+        were dispatched; rows are locked in id order, so concurrent runners cannot
+        deadlock on them."""
 
     def earliest_generation(self) -> datetime | None: ...
 

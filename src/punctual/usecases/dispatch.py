@@ -33,7 +33,7 @@ from punctual.domain.starts import LastError, StartState
 from punctual.domain.timeutil import to_rfc3339
 from punctual.ports.engine import EngineUnavailable, RunOrder
 from punctual.ports.events import Event
-from punctual.ports.records import ClaimedStart, DispatchedStart, NewRun
+from punctual.ports.records import ClaimedStart, DispatchedStart, Fired, NewRun
 from punctual.ports.store import Tx
 from punctual.usecases.context import Services
 from punctual.usecases.definitions import input_problems
@@ -115,13 +115,7 @@ def dispatch_due(services: Services, runner_id: str, page_size: int) -> Dispatch
 
 
 def _schedules_of(tx: Tx, claims: Sequence[ClaimedStart]) -> dict[str, Schedule]:
-    found: dict[str, Schedule] = {}
-    for claim in claims:
-        if claim.schedule_id and claim.schedule_id not in found:
-            schedule = tx.schedules.get(claim.tenant, claim.schedule_id, deleted=True)
-            if schedule is not None:
-                found[claim.schedule_id] = schedule
-    return found
+    return tx.schedules.get_many({c.schedule_id for c in claims if c.schedule_id})
 
 
 def _wanted(claim: ClaimedStart, schedules: dict[str, Schedule]) -> tuple[str, str | None]:
@@ -229,19 +223,26 @@ def _mark_dispatched(tx: Tx, decision: Dispatched, now: datetime, report: Dispat
     if not won:
         report.lost += 1
         return False
-    _note_dispatched(tx, decision, now, report)
+    _note_dispatched(decision, now, report)
+    tx.schedules.note_fired(_fired([decision]), now)
     return True
 
 
-def _note_dispatched(tx: Tx, decision: Dispatched, now: datetime, report: DispatchReport) -> None:
+def _note_dispatched(decision: Dispatched, now: datetime, report: DispatchReport) -> None:
     claim = decision.claim
     report.dispatched.append(claim.id)
     if claim.due_at is not None:
         report.lag_seconds.append((now - claim.due_at).total_seconds())
-    if claim.schedule_id:
-        tx.schedules.record(
-            claim.schedule_id, last_fired_at=now, last_run_id=claim.run_id, last_status="fired"
-        )
+
+
+def _fired(dispatched: Sequence[Dispatched]) -> list[Fired]:
+    """Schedule bookkeeping of dispatched occurrences, oldest occurrence first (the latest
+    of a schedule wins)."""
+    claims = sorted(
+        (d.claim for d in dispatched if d.claim.schedule_id and d.claim.occurrence_at),
+        key=lambda c: (c.occurrence_at, c.id),
+    )
+    return [Fired(c.schedule_id, c.run_id) for c in claims if c.schedule_id]
 
 
 def _record(
@@ -267,9 +268,10 @@ def _record(
     )
     for ready in dispatched:
         if ready.claim.id in won:
-            _note_dispatched(tx, ready, now, report)
+            _note_dispatched(ready, now, report)
         else:
             report.lost += 1
+    tx.schedules.note_fired(_fired([d for d in dispatched if d.claim.id in won]), now)
     for decision in decisions:
         if isinstance(decision, NotDispatched):
             _record_failure(services, tx, decision, now, report)

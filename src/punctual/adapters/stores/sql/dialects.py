@@ -8,6 +8,7 @@ locks are not needed (the database lock serializes writers). PostgreSQL claims w
 
 from __future__ import annotations
 
+import json
 from collections.abc import Mapping, Sequence
 from typing import Any
 
@@ -70,18 +71,98 @@ def insert_ignore(
 ) -> int:
     """Insert rows, silently keeping existing ones on a conflict of ``key``; rows inserted.
 
-    The rows travel as parameters of one cached statement (SQLAlchemy batches them into
-    multi-row VALUES), so the SQL is compiled once however many rows a call carries;
-    inserted rows are counted with RETURNING, as an executemany's rowcount is not reliable
-    on every driver.
+    The SQL is the same text however many rows a call carries, so it is compiled once and
+    the driver parses it once: on PostgreSQL the rows travel as one array per column
+    (``INSERT .. SELECT .. FROM unnest(..)``); on SQLite as the parameters of one cached
+    statement. Inserted rows are counted with RETURNING, as an executemany's rowcount is
+    not reliable on every driver.
     """
     if not rows:
         return 0
-    dialect = postgresql if conn.dialect.name == "postgresql" else sqlite
-    stmt = (
-        dialect.insert(table).on_conflict_do_nothing(index_elements=key).returning(table.c[key[0]])
+    if conn.dialect.name == "postgresql":
+        names = list(rows[0])
+        batch = _Unnest(table, names)
+        stmt = (
+            postgresql.insert(table)
+            .from_select(names, sa.select(*[batch.column(n) for n in names]))
+            .on_conflict_do_nothing(index_elements=key)
+            .returning(table.c[key[0]])
+        )
+        return len(conn.execute(stmt, batch.params(rows)).all())
+    lite_stmt = (
+        sqlite.insert(table).on_conflict_do_nothing(index_elements=key).returning(table.c[key[0]])
     )
-    return len(conn.execute(stmt, [dict(row) for row in rows]).all())
+    return len(conn.execute(lite_stmt, [dict(row) for row in rows]).all())
+
+
+class _Unnest:
+    """``unnest(:b_a, :b_b, ..) AS batch(a, b, ..)``: rows passed as one array per column.
+
+    JSON values travel as text and are cast back: a JSON list inside an array parameter
+    would otherwise be read as one more array dimension.
+    """
+
+    def __init__(self, table: sa.Table, names: Sequence[str]) -> None:
+        self._json = {n for n in names if isinstance(table.c[n].type, sa.JSON)}
+        self.names = names
+        types = {n: sa.Text() if n in self._json else table.c[n].type for n in names}
+        arrays = [sa.bindparam(f"b_{n}", type_=postgresql.ARRAY(types[n])) for n in names]
+        self._alias = (
+            sa.func.unnest(*arrays)
+            .table_valued(*[sa.column(n, types[n]) for n in names])
+            .render_derived(name="batch")
+        )
+
+    def column(self, name: str) -> sa.ColumnElement[Any]:
+        column = self._alias.c[name]
+        return sa.cast(column, postgresql.JSONB) if name in self._json else column
+
+    def params(self, rows: Sequence[Mapping[str, Any]]) -> dict[str, list[Any]]:
+        return {
+            f"b_{n}": [json.dumps(row[n]) if n in self._json else row[n] for row in rows]
+            for n in self.names
+        }
+
+
+def update_many(
+    conn: sa.Connection,
+    table: sa.Table,
+    rows: Sequence[Mapping[str, Any]],
+    *,
+    match: Sequence[str],
+    columns: Sequence[str],
+    fixed: Mapping[str, Any] | None = None,
+) -> set[Any]:
+    """Update many rows, each with its own values, in one statement; returns the value of
+    the first ``match`` column of every row that matched.
+
+    On PostgreSQL the rows travel as one array per column and are joined with
+    ``UPDATE .. FROM unnest(..)``: fixed SQL text, compiled and parsed once however many
+    rows a call carries. SQLite runs one cached statement per row (in-process, cheap).
+    """
+    if not rows:
+        return set()
+    names = [*match, *columns]
+    key = table.c[match[0]]
+    if conn.dialect.name == "postgresql":
+        batch = _Unnest(table, names)
+        pg_stmt = (
+            sa.update(table)
+            .where(*[table.c[n] == batch.column(n) for n in match])
+            .values({**{n: batch.column(n) for n in columns}, **(fixed or {})})
+            .returning(key)
+        )
+        return set(conn.execute(pg_stmt, batch.params(rows)).scalars())
+    row_stmt = (
+        sa.update(table)
+        .where(*[table.c[n] == sa.bindparam(f"b_{n}") for n in match])
+        .values({**{n: sa.bindparam(f"b_{n}") for n in columns}, **(fixed or {})})
+    )
+    matched = set()
+    for row in rows:
+        if conn.execute(row_stmt, {f"b_{n}": row[n] for n in names}).rowcount == 1:
+            matched.add(row[match[0]])
+    return matched
 
 
 def claimable(select: sa.Select[Any], conn: sa.Connection) -> sa.ScalarSelect[Any]:

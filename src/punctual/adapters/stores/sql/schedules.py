@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+from collections.abc import Collection, Sequence
 from datetime import datetime, timedelta
 from typing import Any
 
@@ -9,7 +10,7 @@ import sqlalchemy as sa
 from sqlalchemy.engine import RowMapping
 
 from punctual.adapters.stores.sql import tables as t
-from punctual.adapters.stores.sql.dialects import claimable, for_update
+from punctual.adapters.stores.sql.dialects import claimable, for_update, update_many
 from punctual.domain.schedules import (
     MissedPolicy,
     OverlapPolicy,
@@ -19,7 +20,7 @@ from punctual.domain.schedules import (
     spec_from_json,
     spec_to_json,
 )
-from punctual.ports.records import EncryptedInput, NewSchedule
+from punctual.ports.records import CursorMove, DueSchedule, EncryptedInput, Fired, NewSchedule
 
 _c = t.schedules.c
 
@@ -182,7 +183,13 @@ class SqlSchedules:
         """Runner bookkeeping (cursor, next fire, last fired/status): never bumps ``version``."""
         self._conn.execute(sa.update(t.schedules).where(_c.id == schedule_id).values(**bookkeeping))
 
-    def claim_due_for_generation(self, horizon: datetime, limit: int) -> list[Schedule]:
+    def get_many(self, schedule_ids: Collection[str]) -> dict[str, Schedule]:
+        if not schedule_ids:
+            return {}
+        query = sa.select(t.schedules).where(_c.id.in_(sorted(schedule_ids)))
+        return {r["id"]: schedule_from_row(r) for r in self._conn.execute(query).mappings()}
+
+    def claim_due_for_generation(self, horizon: datetime, limit: int) -> list[DueSchedule]:
         """Lock up to ``limit`` enabled schedules whose next fire is at or before ``horizon``.
 
         The row lock is the schedule lock of RS-5: the caller generates occurrences and
@@ -197,8 +204,38 @@ class SqlSchedules:
         rows = self._conn.execute(
             sa.select(t.schedules).where(_c.id.in_(claimable(due, self._conn)))
         ).mappings()
-        return sorted(
-            (schedule_from_row(r) for r in rows), key=lambda s: s.next_fire_at or s.cursor
+        claimed = [
+            DueSchedule(schedule_from_row(r), EncryptedInput(r["input_key_id"], r["input"]))
+            for r in rows
+        ]
+        return sorted(claimed, key=lambda d: d.schedule.next_fire_at or d.schedule.cursor)
+
+    def move_cursors(self, moves: Sequence[CursorMove]) -> None:
+        update_many(
+            self._conn,
+            t.schedules,
+            [
+                {"id": m.schedule_id, "cursor": m.cursor, "next_fire_at": m.next_fire_at}
+                for m in moves
+            ],
+            match=["id"],
+            columns=["cursor", "next_fire_at"],
+        )
+
+    def note_fired(self, fired: Sequence[Fired], at: datetime) -> None:
+        if not fired:
+            return
+        latest = {f.schedule_id: f.run_id for f in fired}
+        ordered = sorted(latest)
+        locked = sa.select(_c.id).where(_c.id.in_(ordered)).order_by(_c.id)
+        self._conn.execute(for_update(locked, self._conn)).all()
+        update_many(
+            self._conn,
+            t.schedules,
+            [{"id": sid, "last_run_id": latest[sid]} for sid in ordered],
+            match=["id"],
+            columns=["last_run_id"],
+            fixed={"last_fired_at": at, "last_status": "fired"},
         )
 
     def earliest_generation(self) -> datetime | None:

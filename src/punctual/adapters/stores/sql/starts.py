@@ -10,7 +10,13 @@ import sqlalchemy as sa
 from sqlalchemy.engine import RowMapping
 
 from punctual.adapters.stores.sql import tables as t
-from punctual.adapters.stores.sql.dialects import claimable, for_update, insert_ignore, notify
+from punctual.adapters.stores.sql.dialects import (
+    claimable,
+    for_update,
+    insert_ignore,
+    notify,
+    update_many,
+)
 from punctual.adapters.stores.sql.listener import DUE_CHANNEL
 from punctual.adapters.stores.sql.rows import last_error_to_json, start_from_row
 from punctual.domain.starts import LastError, ScheduledStart, StartState
@@ -285,43 +291,23 @@ class SqlStarts:
             "lease_until": None,
             "updated_at": now,
         }
-        if self._conn.dialect.name != "postgresql":
-            won = set()
-            for row in rows:
-                result = self._conn.execute(
-                    sa.update(t.starts)
-                    .where(_s.id == row.id, _s.version == row.version)
-                    .values(
-                        attempts=row.attempts,
-                        definition_version=row.definition_version,
-                        artifact=row.artifact,
-                        **fixed,
-                    )
-                )
-                if result.rowcount == 1:
-                    won.add(row.id)
-            return won
-        # One statement for the whole page: UPDATE ... FROM (VALUES ...).
-        batch = sa.values(
-            sa.column("id", sa.String),
-            sa.column("version", sa.Integer),
-            sa.column("attempts", sa.Integer),
-            sa.column("definition_version", sa.String),
-            sa.column("artifact", sa.String),
-            name="batch",
-        ).data([(r.id, r.version, r.attempts, r.definition_version, r.artifact) for r in rows])
-        result = self._conn.execute(
-            sa.update(t.starts)
-            .where(_s.id == batch.c.id, _s.version == batch.c.version)
-            .values(
-                attempts=batch.c.attempts,
-                definition_version=batch.c.definition_version,
-                artifact=batch.c.artifact,
-                **fixed,
-            )
-            .returning(_s.id)
+        return update_many(
+            self._conn,
+            t.starts,
+            [
+                {
+                    "id": r.id,
+                    "version": r.version,
+                    "attempts": r.attempts,
+                    "definition_version": r.definition_version,
+                    "artifact": r.artifact,
+                }
+                for r in rows
+            ],
+            match=["id", "version"],
+            columns=["attempts", "definition_version", "artifact"],
+            fixed=fixed,
         )
-        return set(result.scalars())
 
     def claim_due(
         self, now: datetime, limit: int, runner_id: str, lease_until: datetime
@@ -383,8 +369,9 @@ class SqlStarts:
                 origin=_origin(r),
                 schedule_id=r["schedule_id"],
                 due_at=r["due_at"],
+                occurrence_at=r["occurrence_at"],
             )
-            for r in claimed.mappings()
+            for r in sorted(claimed.mappings(), key=lambda r: (r["due_at"], r["id"]))
         ]
 
     def key_usage(self) -> dict[str, dict[str, int]]:
