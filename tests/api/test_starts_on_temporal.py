@@ -245,6 +245,46 @@ def test_a_start_one_second_ahead_runs_as_the_temporal_execution_of_its_run_id(
     assert [(e.id, e.status.name) for e in found] == [(run_id, "COMPLETED")]
 
 
+def test_a_schedule_fires_on_temporal_and_records_its_last_status(
+    on_temporal: OnTemporal,
+) -> None:
+    api = on_temporal.api
+    body = {
+        "name": "every-second-on-temporal",
+        "workflow": "echo",
+        "input": {"message": "tick"},
+        "spec": {"interval_ms": 1000},
+        "overlap": "skip",
+        "missed": "skip",
+    }
+    response = api.post("/schedules", body)
+    assert response.status_code == 201, response.text
+    schedule_id = response.json()["id"]
+
+    def first_run_done() -> dict[str, Any] | None:
+        items = api.get(f"/schedules/{schedule_id}/occurrences").json()["items"]
+        fired = [o for o in items if o["run_id"] is not None]
+        if not fired:
+            return None
+        run = run_of(api, fired[0]["run_id"])
+        return run if finished(run) else None
+
+    run = poll("the schedule's first run to end on Temporal", first_run_done)
+    assert run["state"] == "completed", run
+    assert run["origin"]["schedule_id"] == schedule_id
+    paused = api.post(f"/schedules/{schedule_id}/pause", {"version": 1})
+    assert paused.status_code == 200, paused.text
+
+    def settled() -> dict[str, Any] | None:
+        """The schedule once its last run has ended and says so (CR-4)."""
+        schedule: dict[str, Any] = api.get(f"/schedules/{schedule_id}").json()
+        last = run_of(api, schedule["last_run_id"])
+        return schedule if finished(last) and schedule["last_status"] == last["state"] else None
+
+    schedule = poll("the schedule to record its last run's end", settled)
+    assert schedule["last_status"] == "completed"
+
+
 def test_cancel_reaches_a_sleeping_run_on_temporal(on_temporal: OnTemporal) -> None:
     api, address = on_temporal.api, on_temporal.address
     run_id = sleeping_run(api)

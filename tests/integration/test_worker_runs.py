@@ -18,6 +18,8 @@ from fastapi.testclient import TestClient
 from punctual import bootstrap
 from punctual.domain.permissions import Role
 from punctual.domain.runs import RunState
+from punctual.errors import Unavailable
+from punctual.usecases import execution
 from tests.conftest import make_settings
 from tests.support.api import Api, in_process, member_api
 
@@ -184,6 +186,31 @@ def test_a_lost_workers_run_is_retried_as_a_new_attempt(
     run = wait_for(api, run_id, lambda r: r["attempts"] == 2 and finished(r), timeout=20)
     assert run["state"] == "completed"
     assert run["result"] == {"message": "again"}
+
+
+def test_an_outcome_the_store_cannot_take_yet_is_kept_and_recorded_once(
+    running: tuple[bootstrap.Punctual, Api], monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """The store refuses the outcome for longer than a lease: the worker keeps it, renews
+    the run's lease meanwhile and records it when the store is back; the body runs once."""
+    _, api = running
+    refusals = 4  # retried every 0.5 s: ~2 s, the lease's length
+    attempts: list[int] = []
+    real = execution.finish_runs
+
+    def refusing(services: Any, worker_id: str, finished: Any) -> list[bool]:
+        attempts.append(len(finished))
+        if len(attempts) <= refusals:
+            raise Unavailable("the test's outage", code="store_unavailable")
+        return real(services, worker_id, finished)
+
+    monkeypatch.setattr(execution, "finish_runs", refusing)
+    start = start_now(api, "echo", {"message": "kept"})
+    run = wait_for(api, run_id_of(api, start), finished, timeout=20)
+
+    assert len(attempts) == refusals + 1
+    assert (run["state"], run["attempts"]) == ("completed", 1)
+    assert run["result"] == {"message": "kept"}
 
 
 def test_a_start_waits_for_a_worker_with_its_version(database_url: str, tmp_path: Path) -> None:

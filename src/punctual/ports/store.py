@@ -7,7 +7,7 @@ named test for each "must" below and runs over every adapter.
 
 from __future__ import annotations
 
-from collections.abc import Collection, Sequence
+from collections.abc import Collection, Mapping, Sequence
 from contextlib import AbstractContextManager
 from datetime import datetime
 from typing import Any, Protocol
@@ -323,6 +323,9 @@ class Schedules(Protocol):
 
     def move_cursors(self, moves: Sequence[CursorMove]) -> None:
         """Move many cursors in one statement; bookkeeping, never ``version`` (RS-6)."""
+
+    def note_status(self, statuses: Mapping[str, str]) -> None:
+        """``last_status`` per schedule id (a run of it ended); rows locked in id order."""
 
     def note_fired(self, fired: Sequence[Fired], at: datetime) -> None:
         """``last_fired_at``/``last_run_id``/``last_status`` of schedules whose occurrences

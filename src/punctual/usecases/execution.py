@@ -40,6 +40,42 @@ def claim_runs(
     return [ClaimedWork(run, services.codec.decrypt(run.input, run.tenant)) for run in claimed]
 
 
+@dataclass(frozen=True)
+class Finished:
+    """An attempt's outcome as the worker reports it."""
+
+    run: ClaimedRun
+    state: RunState
+    result: Any
+    error: dict[str, Any] | None
+
+
+def finish_runs(services: Services, worker_id: str, finished: Sequence[Finished]) -> list[bool]:
+    """Record attempts' outcomes in one transaction; per run, False when it had moved on
+    (terminated, lost). One transaction per batch keeps a busy worker's completions from
+    queueing behind each other's commits."""
+    now = services.clock.now()
+    with services.store.transaction() as tx:
+        recorded = [
+            tx.runs.finish(f.run.id, worker_id, f.run.attempt, f.state, f.result, f.error, now)
+            for f in finished
+        ]
+        # Follow-through bookkeeping (CR-4); never a version change (RS-6).
+        tx.schedules.note_status(
+            {
+                f.run.origin["schedule_id"]: f.state.value
+                for f, ok in zip(finished, recorded, strict=True)
+                if ok and f.run.origin.get("schedule_id")
+            }
+        )
+    for f, ok in zip(finished, recorded, strict=True):
+        if ok:
+            services.events.emit(
+                Event(f"run.{f.state.value}", f.run.tenant, f.run.id, {"attempt": f.run.attempt})
+            )
+    return recorded
+
+
 def finish_run(
     services: Services,
     worker_id: str,
@@ -48,19 +84,8 @@ def finish_run(
     result: Any,
     error: dict[str, Any] | None,
 ) -> bool:
-    """Record an attempt's outcome; False when the run had moved on (terminated, lost)."""
-    now = services.clock.now()
-    with services.store.transaction() as tx:
-        recorded = tx.runs.finish(run.id, worker_id, run.attempt, state, result, error, now)
-        schedule_id = run.origin.get("schedule_id")
-        if recorded and schedule_id:
-            # Follow-through bookkeeping (CR-4); never a version change (RS-6).
-            tx.schedules.record(schedule_id, last_status=state.value)
-    if recorded:
-        services.events.emit(
-            Event(f"run.{state.value}", run.tenant, run.id, {"attempt": run.attempt})
-        )
-    return recorded
+    """Record one attempt's outcome; False when the run had moved on."""
+    return finish_runs(services, worker_id, [Finished(run, state, result, error)])[0]
 
 
 def heartbeat(services: Services, worker_id: str, running: Sequence[str]) -> list[RunFlags]:

@@ -1,8 +1,10 @@
 """The local worker: claims runs it has loaded, executes them in child processes, reports.
 
-One control thread does everything that touches the store (claims, heartbeats, flag
-checks); run bodies execute in a ``SlotPool`` of warm child processes, so terminate
-and timeouts can kill a body outright (see docs/decisions/0002).
+One control thread claims, heartbeats and checks flags; one recorder thread records
+outcomes, all those that finished since its last commit in one transaction, so the slot
+pool hands an outcome over without waiting on the store. Run bodies execute in a
+``SlotPool`` of warm child processes, so terminate and timeouts can kill a body outright
+(see docs/decisions/0002).
 """
 
 from __future__ import annotations
@@ -29,6 +31,7 @@ log = logging.getLogger("punctual.worker")
 
 _FLAG_CHECK_SECONDS = 0.25
 _IDLE_POLL_SECONDS = 0.5
+_RECORD_RETRY_SECONDS = 0.5
 
 
 @dataclass(frozen=True)
@@ -63,10 +66,14 @@ class LocalWorker:
         self._doorbell = doorbell
         self._stop = threading.Event()
         self._running: dict[str, ClaimedRun] = {}
-        self._unrecorded: list[tuple[ClaimedRun, Outcome]] = []
-        """Outcomes the store could not take yet; retried while the run is still ours."""
+        self._outcomes: list[tuple[ClaimedRun, Outcome]] = []
+        """Outcomes not recorded yet; kept (and retried) while the store is unavailable,
+        and the runs stay ours meanwhile: their leases are renewed until recorded."""
+        self._outcome_ready = threading.Event()
+        self._stop_recording = threading.Event()
         self._lock = threading.Lock()
         self._thread: threading.Thread | None = None
+        self._recorder: threading.Thread | None = None
         self._pool = SlotPool(
             options.app_ref, options.slots, on_started=self._started, on_finished=self._finished
         )
@@ -89,6 +96,10 @@ class LocalWorker:
             stopped_at=None,
         )
         execution.start_worker(self._services, record, declared_definitions(self._app))
+        self._recorder = threading.Thread(
+            target=self._record_loop, name=f"worker-{self.id}-recorder", daemon=True
+        )
+        self._recorder.start()
         self._thread = threading.Thread(target=self._loop, name=f"worker-{self.id}", daemon=True)
         self._thread.start()
         log.info("event=worker_started worker=%s slots=%d", self.id, self._options.slots)
@@ -99,6 +110,10 @@ class LocalWorker:
         if self._thread is not None:
             self._thread.join(timeout=grace_seconds + 5)
         self._pool.close(grace_seconds)
+        self._stop_recording.set()
+        self._outcome_ready.set()
+        if self._recorder is not None:
+            self._recorder.join(timeout=grace_seconds + 5)
         try:
             execution.stop_worker(self._services, self.id)
         except Unavailable:
@@ -120,7 +135,6 @@ class LocalWorker:
                 elif now >= next_flags and self._running_ids():
                     self._apply_flags(execution.run_flags(self._services, self._running_ids()))
                     next_flags = now + _FLAG_CHECK_SECONDS
-                self._record_pending()
                 claimed = self._claim()
             except Unavailable as exc:
                 log.warning("event=worker_store_unavailable worker=%s error=%s", self.id, exc)
@@ -176,49 +190,65 @@ class LocalWorker:
         log.debug("event=run_body_started run=%s", run_id)
 
     def _finished(self, outcome: Outcome) -> None:
+        """Called by the pool's monitor: hand the outcome to the recorder, never wait."""
         with self._lock:
             run = self._running.get(outcome.run_id)
-        if run is None:
-            return
+            if run is None:
+                return
+            self._outcomes.append((run, outcome))
+        self._outcome_ready.set()
+
+    def _record_loop(self) -> None:
+        while True:
+            self._outcome_ready.wait()
+            self._outcome_ready.clear()
+            stopping = self._stop_recording.is_set()
+            with self._lock:
+                batch = list(self._outcomes)
+            if batch and not self._record(batch):
+                if stopping:
+                    log.warning("event=run_outcomes_unrecorded_at_stop runs=%d", len(batch))
+                    return
+                # The store is unavailable: keep them and retry; if the store is back
+                # before a lease is taken over, no body runs again (WF-4 retries it otherwise).
+                self._stop_recording.wait(_RECORD_RETRY_SECONDS)
+                self._outcome_ready.set()
+                continue
+            if stopping:
+                return
+
+    def _record(self, batch: list[tuple[ClaimedRun, Outcome]]) -> bool:
+        """Record a batch in one transaction; False (all kept) when the store is down."""
+        finished = [
+            execution.Finished(run, RunState(o.state), o.result, o.error) for run, o in batch
+        ]
         try:
-            self._record(run, outcome)
-        except Unavailable:
-            # Kept and retried by the control loop: if the store is back before the lease
-            # is taken over, the body does not run again (WF-4 retries it otherwise).
-            log.warning("event=run_outcome_unrecorded run=%s", run.id)
-            with self._lock:
-                self._unrecorded.append((run, outcome))
-            return
-        with self._lock:
-            self._running.pop(outcome.run_id, None)
+            recorded = execution.finish_runs(self._services, self.id, finished)
+        except Unavailable as exc:
+            log.warning("event=run_outcomes_unrecorded runs=%d error=%s", len(batch), exc)
+            return False
+        except Exception:
+            if len(batch) > 1:  # find the outcome the store refuses; record the others
+                return all([self._record([item]) for item in batch])
+            # Not retried here: the lease runs out and the reaper takes the run back (WF-4).
+            log.exception("event=run_outcome_refused run=%s", batch[0][0].id)
+            self._forget(batch)
+            return True
+        self._forget(batch)
+        for (run, outcome), was_recorded in zip(batch, recorded, strict=True):
+            log.info(
+                "event=run_%s run=%s attempt=%d recorded=%s",
+                outcome.state,
+                run.id,
+                run.attempt,
+                was_recorded,
+            )
         self._doorbell.ring()
+        return True
 
-    def _record_pending(self) -> None:
+    def _forget(self, batch: list[tuple[ClaimedRun, Outcome]]) -> None:
+        done = {run.id for run, _ in batch}
         with self._lock:
-            pending, self._unrecorded = self._unrecorded, []
-        for index, (run, outcome) in enumerate(pending):
-            try:
-                self._record(run, outcome)
-            except Unavailable:
-                with self._lock:
-                    self._unrecorded.extend(pending[index:])
-                raise
-            with self._lock:
-                self._running.pop(run.id, None)
-
-    def _record(self, run: ClaimedRun, outcome: Outcome) -> None:
-        recorded = execution.finish_run(
-            self._services,
-            self.id,
-            run,
-            RunState(outcome.state),
-            outcome.result,
-            outcome.error,
-        )
-        log.info(
-            "event=run_%s run=%s attempt=%d recorded=%s",
-            outcome.state,
-            run.id,
-            run.attempt,
-            recorded,
-        )
+            self._outcomes = [item for item in self._outcomes if item[0].id not in done]
+            for run_id in done:
+                self._running.pop(run_id, None)

@@ -199,6 +199,13 @@ class SqlRunLedger:
                 claimed_by=TEMPORAL_CLAIM,
                 lease_until=None,
             )
+            .returning(_r.schedule_id)
         )
         with self._store.transaction() as tx:
-            return _conn(tx).execute(update).rowcount == 1
+            ended = _conn(tx).execute(update).first()
+            if ended is None:
+                return False
+            if ended.schedule_id is not None:
+                # Follow-through bookkeeping (CR-4), as the local worker does.
+                tx.schedules.note_status({ended.schedule_id: state.value})
+            return True

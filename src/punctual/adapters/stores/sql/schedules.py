@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from collections.abc import Collection, Sequence
+from collections.abc import Collection, Mapping, Sequence
 from datetime import datetime, timedelta
 from typing import Any
 
@@ -222,13 +222,19 @@ class SqlSchedules:
             columns=["cursor", "next_fire_at"],
         )
 
+    def note_status(self, statuses: Mapping[str, str]) -> None:
+        ordered = self._lock_in_order(statuses)
+        update_many(
+            self._conn,
+            t.schedules,
+            [{"id": sid, "last_status": statuses[sid]} for sid in ordered],
+            match=["id"],
+            columns=["last_status"],
+        )
+
     def note_fired(self, fired: Sequence[Fired], at: datetime) -> None:
-        if not fired:
-            return
         latest = {f.schedule_id: f.run_id for f in fired}
-        ordered = sorted(latest)
-        locked = sa.select(_c.id).where(_c.id.in_(ordered)).order_by(_c.id)
-        self._conn.execute(for_update(locked, self._conn)).all()
+        ordered = self._lock_in_order(latest)
         update_many(
             self._conn,
             t.schedules,
@@ -237,6 +243,15 @@ class SqlSchedules:
             columns=["last_run_id"],
             fixed={"last_fired_at": at, "last_status": "fired"},
         )
+
+    def _lock_in_order(self, schedule_ids: Collection[str]) -> list[str]:
+        """Lock rows in id order before a batch update: two transactions locking the same
+        schedules in different orders could deadlock."""
+        ordered = sorted(schedule_ids)
+        if ordered:
+            locked = sa.select(_c.id).where(_c.id.in_(ordered)).order_by(_c.id)
+            self._conn.execute(for_update(locked, self._conn)).all()
+        return ordered
 
     def earliest_generation(self) -> datetime | None:
         query = sa.select(sa.func.min(_c.next_fire_at)).where(_c.enabled, _c.deleted_at.is_(None))
