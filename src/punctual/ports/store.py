@@ -324,6 +324,9 @@ class Schedules(Protocol):
     def move_cursors(self, moves: Sequence[CursorMove]) -> None:
         """Move many cursors in one statement; bookkeeping, never ``version`` (RS-6)."""
 
+    def hold(self, schedule_ids: Collection[str]) -> None:
+        """Lock these schedules' rows until commit, in id order (bookkeeping comes later)."""
+
     def note_status(self, statuses: Mapping[str, str]) -> None:
         """``last_status`` per schedule id (a run of it ended); rows locked in id order."""
 

@@ -1,9 +1,12 @@
 """The runner: the process part that keeps time.
 
-It dispatches due starts in pages, sleeps until the earliest due time (or until a
-create or reschedule rings its doorbell), recovers runs of lost workers, and pauses
-behind a circuit breaker while the engine or the store is unavailable (DP-3): an
-outage is waited out, never charged to starts.
+Two loops on two threads. The generation loop keeps schedules' occurrences generated a
+little ahead of their time (``LOOKAHEAD``). The dispatch loop dispatches due starts in
+pages, sleeps until the earliest due time (or until a create, reschedule or generation
+pass rings its doorbell), recovers runs of lost workers, and pauses behind a circuit
+breaker while the engine or the store is unavailable (DP-3): an outage is waited out,
+never charged to starts. Apart, a long generation pass (catch-up after downtime) never
+delays a dispatch page, and occurrences are ready before they are due.
 """
 
 from __future__ import annotations
@@ -12,6 +15,7 @@ import logging
 import threading
 import time
 from dataclasses import dataclass
+from datetime import datetime
 
 from punctual.domain.ids import new_id
 from punctual.errors import Unavailable
@@ -49,36 +53,72 @@ class Runner:
         self._options = options
         self._doorbell = doorbell
         self._stop = threading.Event()
-        self._thread: threading.Thread | None = None
+        self._threads: list[threading.Thread] = []
 
     def start(self) -> None:
-        self._thread = threading.Thread(target=self._loop, name="runner", daemon=True)
-        self._thread.start()
+        self._threads = [
+            threading.Thread(target=self._generation_loop, name="runner-generation", daemon=True),
+            threading.Thread(target=self._loop, name="runner", daemon=True),
+        ]
+        for thread in self._threads:
+            thread.start()
         log.info("event=runner_started runner=%s", self.id)
 
     def stop(self, timeout: float = 10.0) -> None:
         self._stop.set()
         self._doorbell.ring()
-        if self._thread is not None:
-            self._thread.join(timeout)
+        for thread in self._threads:
+            thread.join(timeout)
         log.info("event=runner_stopped runner=%s", self.id)
 
     def run_once(self) -> int:
-        """One generation pass, one release of buffered occurrences whose previous run
-        ended, one dispatch pass; the number of items handled (0 when idle)."""
-        generated = generate(self._services, self._options.page_size).generated
+        """One pass of each loop (generation, then dispatch); the number of items handled."""
+        generated = self.generate_once()
+        return max(generated, self.dispatch_once())
+
+    def generate_once(self) -> int:
+        """One generation pass; the occurrences generated."""
+        return generate(self._services, self._options.page_size).generated
+
+    def dispatch_once(self) -> int:
+        """One release of buffered occurrences whose previous run ended, one dispatch
+        pass; the number of items handled (0 when idle)."""
         with self._services.store.transaction() as tx:
             released = tx.starts.release_buffered(self._services.clock.now())
         report = dispatch_due(self._services, self.id, self._options.page_size)
         self.status.passes += 1
-        return max(report.claimed, generated, released)
+        return max(report.claimed, released)
+
+    def _generation_loop(self) -> None:
+        backoff = 0.0
+        while not self._stop.is_set():
+            try:
+                generated = self.generate_once()
+                backoff = 0.0
+            except Unavailable as exc:
+                # The dispatch loop reports outages; this one only waits them out.
+                backoff = min(_MAX_OUTAGE_BACKOFF, max(0.2, backoff * 2))
+                log.debug("event=generation_paused runner=%s error=%s", self.id, exc)
+                self._stop.wait(backoff)
+                continue
+            except Exception:
+                log.exception("event=generation_pass_failed runner=%s", self.id)
+                self._stop.wait(1.0)
+                continue
+            if generated >= self._options.page_size:
+                continue  # a full budget: more is probably due (catch-up)
+            try:
+                pause = self._generation_sleep_seconds()
+            except Unavailable:
+                pause = self._options.max_idle_seconds
+            self._doorbell.wait(pause)
 
     def _loop(self) -> None:
         outage_backoff = 0.0
         next_reap = 0.0
         while not self._stop.is_set():
             try:
-                claimed = self.run_once()
+                claimed = self.dispatch_once()
                 if time.monotonic() >= next_reap:
                     execution.reap(self._services)
                     next_reap = time.monotonic() + self._options.reap_every_seconds
@@ -130,15 +170,18 @@ class Runner:
             pass
 
     def _sleep_seconds(self) -> float:
-        services = self._services
-        with services.store.transaction(readonly=True) as tx:
-            due = tx.starts.earliest_due()
+        with self._services.store.transaction(readonly=True) as tx:
+            return self._until(tx.starts.earliest_due())
+
+    def _generation_sleep_seconds(self) -> float:
+        with self._services.store.transaction(readonly=True) as tx:
             generation = tx.schedules.earliest_generation()
-        candidates = [due] if due is not None else []
-        if generation is not None:
-            candidates.append(generation - LOOKAHEAD)
+        return self._until(generation - LOOKAHEAD if generation is not None else None)
+
+    def _until(self, instant: datetime | None) -> float:
+        """Seconds until ``instant``, at most the idle cap (also when there is none)."""
         longest = self._options.max_idle_seconds
-        if not candidates:
+        if instant is None:
             return longest
-        wait = (min(candidates) - services.clock.now()).total_seconds()
+        wait = (instant - self._services.clock.now()).total_seconds()
         return max(0.0, min(longest, wait))

@@ -54,7 +54,10 @@ logger = logging.getLogger(__name__)
 OutcomeState = Literal["completed", "failed", "canceled", "terminated", "timed_out"]
 
 STARTUP_TIMEOUT_SECONDS = 60.0
-"""How long ``start()`` waits for every child to import the app."""
+"""How long ``start()`` waits for every child to import the app, at least."""
+STARTUP_SECONDS_PER_SLOT = 3.0
+"""... and per slot beyond that: children import concurrently, so on a busy machine with
+few cores a pool of 32 slots has been seen to need 48 s."""
 
 _MAX_RESPAWN_BACKOFF_SECONDS = 30.0
 _MAX_TRACEBACK_CHARS = 16_000
@@ -340,18 +343,21 @@ class SlotPool:
                     self._load_error is not None
                     or all(s.child is not None and s.child.ready for s in self._slots)
                 ),
-                timeout=STARTUP_TIMEOUT_SECONDS,
+                timeout=self._startup_timeout(),
             )
             error = self._load_error
             self._start_complete = True
         if not ok or error is not None:
             self.close(grace_seconds=0)
-            detail = error or f"not ready after {STARTUP_TIMEOUT_SECONDS:g} s"
+            detail = error or f"not ready after {self._startup_timeout():g} s"
             raise ConfigurationError(
                 f"worker slots could not load app {self._app_ref!r}: {detail}; check the "
                 "app reference ('module:attr') and that its module imports cleanly"
             )
         atexit.register(self._close_at_exit)
+
+    def _startup_timeout(self) -> float:
+        return max(STARTUP_TIMEOUT_SECONDS, STARTUP_SECONDS_PER_SLOT * len(self._slots))
 
     def free_slots(self) -> int:
         with self._lock:

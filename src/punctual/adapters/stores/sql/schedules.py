@@ -244,6 +244,9 @@ class SqlSchedules:
             fixed={"last_fired_at": at, "last_status": "fired"},
         )
 
+    def hold(self, schedule_ids: Collection[str]) -> None:
+        self._lock_in_order(schedule_ids)
+
     def _lock_in_order(self, schedule_ids: Collection[str]) -> list[str]:
         """Lock rows in id order before a batch update: two transactions locking the same
         schedules in different orders could deadlock."""
