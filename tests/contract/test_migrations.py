@@ -12,12 +12,14 @@ import secrets
 import shutil
 from collections.abc import Iterator
 from contextlib import contextmanager
+from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any
 
 import psycopg
 import pytest
 import sqlalchemy as sa
+from alembic import command
 from alembic.autogenerate import compare_metadata
 from alembic.runtime.migration import MigrationContext
 
@@ -199,3 +201,67 @@ def test_check_current_refuses_a_schema_newer_than_the_code(empty_store: SqlStor
     with pytest.raises(ConfigurationError, match="newer") as raised:
         migrate.check_current(empty_store)
     assert "from_the_future" in str(raised.value)
+
+
+def test_0004_moves_schedule_bookkeeping_into_its_own_table(
+    empty_store: SqlStore, database_kind: str
+) -> None:
+    """A schedule that fired before the upgrade keeps its last fire, run and status."""
+    with empty_store.engine.begin() as conn:
+        conn.info["readonly"] = False
+        command.upgrade(migrate._config(conn), "0003")
+    fired = datetime(2026, 11, 30, 12, 0, tzinfo=UTC)
+    stamp = fired.replace(tzinfo=None) if database_kind == "sqlite" else fired
+    with empty_store.engine.begin() as conn:
+        schedules = sa.Table("schedules", sa.MetaData(), autoload_with=conn)
+        common = {
+            "tenant": "acme",
+            "workflow": "echo",
+            "input": b"sealed",
+            "input_key_id": "k1",
+            "spec": {"interval_ms": 60_000},
+            "overlap": "skip",
+            "missed": "catch_up",
+            "max_catch_up": 10,
+            "misfire_grace_ms": 60_000,
+            "enabled": True,
+            "version": 1,
+            "revision": 1,
+            "version_policy": "active_at_fire",
+            "workload_class": "standard",
+            "created_by": "alice",
+            "cursor": stamp,
+            "created_at": stamp,
+            "updated_at": stamp,
+        }
+        conn.execute(
+            schedules.insert(),
+            [
+                dict(
+                    common,
+                    id="sch_fired",
+                    name="fired",
+                    last_fired_at=stamp,
+                    last_run_id="run_1",
+                    last_status="completed",
+                ),
+                dict(
+                    common,
+                    id="sch_never",
+                    name="never",
+                    last_fired_at=None,
+                    last_run_id=None,
+                    last_status=None,
+                ),
+            ],
+        )
+
+    migrate.upgrade(empty_store)
+
+    with empty_store.transaction(readonly=True) as tx:
+        found = tx.schedules.get_many({"sch_fired", "sch_never"})
+    assert (found["sch_fired"].last_fired_at, found["sch_fired"].last_run_id) == (fired, "run_1")
+    assert found["sch_fired"].last_status == "completed"
+    never = found["sch_never"]
+    assert (never.last_fired_at, never.last_run_id, never.last_status) == (None, None, None)
+    assert _differences(empty_store) == []

@@ -324,16 +324,14 @@ class Schedules(Protocol):
     def move_cursors(self, moves: Sequence[CursorMove]) -> None:
         """Move many cursors in one statement; bookkeeping, never ``version`` (RS-6)."""
 
-    def hold(self, schedule_ids: Collection[str]) -> None:
-        """Lock these schedules' rows until commit, in id order (bookkeeping comes later)."""
-
     def note_status(self, statuses: Mapping[str, str]) -> None:
-        """``last_status`` per schedule id (a run of it ended); rows locked in id order."""
+        """``last_status`` per schedule id (a run of it ended). Bookkeeping never waits for
+        a generation pass that holds the schedule (nor changes ``version``)."""
 
     def note_fired(self, fired: Sequence[Fired], at: datetime) -> None:
         """``last_fired_at``/``last_run_id``/``last_status`` of schedules whose occurrences
-        were dispatched; rows are locked in id order, so concurrent runners cannot
-        deadlock on them."""
+        were dispatched (the last of a schedule wins); written in schedule id order, so
+        concurrent writers cannot deadlock."""
 
     def earliest_generation(self) -> datetime | None: ...
 

@@ -55,13 +55,7 @@ def finish_runs(services: Services, worker_id: str, finished: Sequence[Finished]
     (terminated, lost). One transaction per batch keeps a busy worker's completions from
     queueing behind each other's commits."""
     now = services.clock.now()
-    schedule_ids: set[str] = {
-        f.run.origin["schedule_id"] for f in finished if f.run.origin.get("schedule_id")
-    }
     with services.store.transaction() as tx:
-        # Schedule rows first: waiting for one (a generation pass holds it) must not keep
-        # the runs' rows locked meanwhile, or this worker's heartbeat would wait too.
-        tx.schedules.hold(schedule_ids)
         recorded = [
             tx.runs.finish(f.run.id, worker_id, f.run.attempt, f.state, f.result, f.error, now)
             for f in finished

@@ -95,6 +95,35 @@ def insert_ignore(
     return len(conn.execute(lite_stmt, [dict(row) for row in rows]).all())
 
 
+def upsert(
+    conn: sa.Connection, table: sa.Table, rows: Sequence[Mapping[str, Any]], key: list[str]
+) -> None:
+    """Insert rows or, on a conflict of ``key``, overwrite the other columns they carry.
+
+    Rows must have distinct keys; pass them in key order, so that concurrent upserts of
+    overlapping rows lock them in the same order and cannot deadlock.
+    """
+    if not rows:
+        return
+    names = list(rows[0])
+    if conn.dialect.name == "postgresql":
+        batch = _Unnest(table, names)
+        pg_insert = postgresql.insert(table).from_select(
+            names, sa.select(*[batch.column(n) for n in names])
+        )
+        pg_stmt = pg_insert.on_conflict_do_update(
+            index_elements=key,
+            set_={n: pg_insert.excluded[n] for n in names if n not in key},
+        )
+        conn.execute(pg_stmt, batch.params(rows))
+        return
+    lite_insert = sqlite.insert(table)
+    lite_stmt = lite_insert.on_conflict_do_update(
+        index_elements=key, set_={n: lite_insert.excluded[n] for n in names if n not in key}
+    )
+    conn.execute(lite_stmt, [dict(row) for row in rows])
+
+
 class _Unnest:
     """``unnest(:b_a, :b_b, ..) AS batch(a, b, ..)``: rows passed as one array per column.
 
@@ -179,10 +208,13 @@ def claimable(select: sa.Select[Any], conn: sa.Connection) -> sa.ScalarSelect[An
     return sa.select(locked.c[0]).scalar_subquery()
 
 
-def for_update(select: sa.Select[Any], conn: sa.Connection) -> sa.Select[Any]:
-    """Lock the selected rows until commit (SQLite's write lock already serializes)."""
+def for_update(
+    select: sa.Select[Any], conn: sa.Connection, *, of: sa.Table | None = None
+) -> sa.Select[Any]:
+    """Lock the selected rows (of table ``of`` only, in a join) until commit; SQLite's
+    write lock already serializes."""
     if conn.dialect.name == "postgresql":
-        return select.with_for_update()
+        return select.with_for_update(of=of)
     return select
 
 

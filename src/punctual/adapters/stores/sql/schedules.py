@@ -10,7 +10,7 @@ import sqlalchemy as sa
 from sqlalchemy.engine import RowMapping
 
 from punctual.adapters.stores.sql import tables as t
-from punctual.adapters.stores.sql.dialects import claimable, for_update, update_many
+from punctual.adapters.stores.sql.dialects import claimable, for_update, update_many, upsert
 from punctual.domain.schedules import (
     MissedPolicy,
     OverlapPolicy,
@@ -23,6 +23,14 @@ from punctual.domain.schedules import (
 from punctual.ports.records import CursorMove, DueSchedule, EncryptedInput, Fired, NewSchedule
 
 _c = t.schedules.c
+_st = t.schedule_status.c
+
+
+def _with_status() -> sa.Select[Any]:
+    """Schedules with their bookkeeping (a row of ``schedule_status`` once they fired)."""
+    return sa.select(t.schedules, _st.last_fired_at, _st.last_run_id, _st.last_status).select_from(
+        t.schedules.outerjoin(t.schedule_status, _st.schedule_id == _c.id)
+    )
 
 
 def schedule_from_row(row: RowMapping) -> Schedule:
@@ -106,11 +114,11 @@ class SqlSchedules:
     def get(
         self, tenant: str, schedule_id: str, *, lock: bool = False, deleted: bool = False
     ) -> Schedule | None:
-        query = sa.select(t.schedules).where(_c.tenant == tenant, _c.id == schedule_id)
+        query = _with_status().where(_c.tenant == tenant, _c.id == schedule_id)
         if not deleted:
             query = query.where(_c.deleted_at.is_(None))
         if lock:
-            query = for_update(query, self._conn)
+            query = for_update(query, self._conn, of=t.schedules)
         row = self._conn.execute(query).mappings().first()
         return schedule_from_row(row) if row else None
 
@@ -128,7 +136,7 @@ class SqlSchedules:
 
     def find(self, tenant: str, after_seq: int, limit: int) -> list[tuple[int, Schedule]]:
         query = (
-            sa.select(t.schedules)
+            _with_status()
             .where(_c.tenant == tenant, _c.seq > after_seq, _c.deleted_at.is_(None))
             .order_by(_c.seq)
             .limit(limit)
@@ -136,7 +144,7 @@ class SqlSchedules:
         return [(r["seq"], schedule_from_row(r)) for r in self._conn.execute(query).mappings()]
 
     def by_creator(self, tenant: str, subject: str) -> list[Schedule]:
-        query = sa.select(t.schedules).where(
+        query = _with_status().where(
             _c.tenant == tenant, _c.created_by == subject, _c.deleted_at.is_(None)
         )
         return [schedule_from_row(r) for r in self._conn.execute(query).mappings()]
@@ -172,12 +180,17 @@ class SqlSchedules:
         if "input" in changes and isinstance(changes["input"], EncryptedInput):
             encrypted = changes.pop("input")
             changes.update(input=encrypted.ciphertext, input_key_id=encrypted.key_id)
+        status = changes.pop("last_status", None)
         result = self._conn.execute(
             sa.update(t.schedules)
             .where(_c.id == schedule_id, _c.version == expected_version)
             .values(version=_c.version + 1, updated_at=now, **changes)
         )
-        return result.rowcount == 1
+        if result.rowcount != 1:
+            return False
+        if status is not None:
+            self.note_status({schedule_id: status})
+        return True
 
     def record(self, schedule_id: str, **bookkeeping: Any) -> None:
         """Runner bookkeeping (cursor, next fire, last fired/status): never bumps ``version``."""
@@ -186,7 +199,7 @@ class SqlSchedules:
     def get_many(self, schedule_ids: Collection[str]) -> dict[str, Schedule]:
         if not schedule_ids:
             return {}
-        query = sa.select(t.schedules).where(_c.id.in_(sorted(schedule_ids)))
+        query = _with_status().where(_c.id.in_(sorted(schedule_ids)))
         return {r["id"]: schedule_from_row(r) for r in self._conn.execute(query).mappings()}
 
     def claim_due_for_generation(self, horizon: datetime, limit: int) -> list[DueSchedule]:
@@ -202,7 +215,7 @@ class SqlSchedules:
             .limit(limit)
         )
         rows = self._conn.execute(
-            sa.select(t.schedules).where(_c.id.in_(claimable(due, self._conn)))
+            _with_status().where(_c.id.in_(claimable(due, self._conn)))
         ).mappings()
         claimed = [
             DueSchedule(schedule_from_row(r), EncryptedInput(r["input_key_id"], r["input"]))
@@ -223,38 +236,29 @@ class SqlSchedules:
         )
 
     def note_status(self, statuses: Mapping[str, str]) -> None:
-        ordered = self._lock_in_order(statuses)
-        update_many(
+        upsert(
             self._conn,
-            t.schedules,
-            [{"id": sid, "last_status": statuses[sid]} for sid in ordered],
-            match=["id"],
-            columns=["last_status"],
+            t.schedule_status,
+            [{"schedule_id": sid, "last_status": statuses[sid]} for sid in sorted(statuses)],
+            ["schedule_id"],
         )
 
     def note_fired(self, fired: Sequence[Fired], at: datetime) -> None:
         latest = {f.schedule_id: f.run_id for f in fired}
-        ordered = self._lock_in_order(latest)
-        update_many(
+        upsert(
             self._conn,
-            t.schedules,
-            [{"id": sid, "last_run_id": latest[sid]} for sid in ordered],
-            match=["id"],
-            columns=["last_run_id"],
-            fixed={"last_fired_at": at, "last_status": "fired"},
+            t.schedule_status,
+            [
+                {
+                    "schedule_id": sid,
+                    "last_fired_at": at,
+                    "last_run_id": latest[sid],
+                    "last_status": "fired",
+                }
+                for sid in sorted(latest)
+            ],
+            ["schedule_id"],
         )
-
-    def hold(self, schedule_ids: Collection[str]) -> None:
-        self._lock_in_order(schedule_ids)
-
-    def _lock_in_order(self, schedule_ids: Collection[str]) -> list[str]:
-        """Lock rows in id order before a batch update: two transactions locking the same
-        schedules in different orders could deadlock."""
-        ordered = sorted(schedule_ids)
-        if ordered:
-            locked = sa.select(_c.id).where(_c.id.in_(ordered)).order_by(_c.id)
-            self._conn.execute(for_update(locked, self._conn)).all()
-        return ordered
 
     def earliest_generation(self) -> datetime | None:
         query = sa.select(sa.func.min(_c.next_fire_at)).where(_c.enabled, _c.deleted_at.is_(None))
@@ -263,6 +267,6 @@ class SqlSchedules:
 
     def lock_for_dispatch(self, schedule_id: str) -> Schedule | None:
         """Serialize overlap decisions of one schedule across runners (RS-3)."""
-        query = for_update(sa.select(t.schedules).where(_c.id == schedule_id), self._conn)
+        query = for_update(_with_status().where(_c.id == schedule_id), self._conn, of=t.schedules)
         row = self._conn.execute(query).mappings().first()
         return schedule_from_row(row) if row else None

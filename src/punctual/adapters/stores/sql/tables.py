@@ -270,9 +270,6 @@ schedules = sa.Table(
     sa.Column("created_by", sa.String(200), nullable=False),
     sa.Column("cursor", UTCDateTime, nullable=False),
     sa.Column("next_fire_at", UTCDateTime),
-    sa.Column("last_fired_at", UTCDateTime),
-    sa.Column("last_run_id", sa.String(40)),
-    sa.Column("last_status", sa.String(300)),
     sa.Column("created_at", UTCDateTime, nullable=False),
     sa.Column("updated_at", UTCDateTime, nullable=False),
     sa.Column("deleted_at", UTCDateTime),
@@ -294,6 +291,18 @@ schedules = sa.Table(
     ),
     sa.Index(None, "tenant", "seq"),
     sa.Index(None, "tenant", "created_by"),
+)
+
+# A schedule's latest fire and run outcome, kept apart from ``schedules``: a generation
+# pass holds schedule rows locked, and the bookkeeping of dispatch and of run ends must
+# not wait for it. No foreign key for the same reason (its check would lock the schedule).
+schedule_status = sa.Table(
+    "schedule_status",
+    metadata,
+    sa.Column("schedule_id", sa.String(40), primary_key=True),
+    sa.Column("last_fired_at", UTCDateTime),
+    sa.Column("last_run_id", sa.String(40)),
+    sa.Column("last_status", sa.String(300)),
 )
 
 findings = sa.Table(
