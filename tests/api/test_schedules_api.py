@@ -22,6 +22,7 @@ from fastapi.testclient import TestClient
 from punctual import bootstrap
 from punctual.domain.permissions import Role
 from punctual.domain.recurrence import CronSpec, next_fires
+from punctual.ports.records import CursorMove
 from punctual.usecases.generation import generate
 from tests.conftest import make_settings
 from tests.support.api import Api, in_process, member_api, register_demo
@@ -209,7 +210,7 @@ def behind(
     spec = {"interval_ms": 60_000, "starts_at": first.isoformat().replace("+00:00", "Z")}
     schedule = create(api, interval_body(name, spec=spec, **overrides))
     with system.store.transaction() as tx:
-        tx.schedules.record(schedule["id"], cursor=first - timedelta(seconds=1), next_fire_at=first)
+        tx.schedules.move_cursors([CursorMove(schedule["id"], first - timedelta(seconds=1), first)])
     return schedule, first
 
 

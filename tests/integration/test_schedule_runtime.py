@@ -3,7 +3,7 @@
 The generation pass (``generation.generate``) and the dispatch pass (``dispatch_due``)
 are called directly, as the runner's loop calls them, on a system built with a
 ``FakeClock``; a live worker record makes the demo versions count as loaded, and runs
-are ended through the worker's own use cases (``claim_runs`` then ``finish_run``).
+are ended through the worker's own use cases (``claim_runs`` then ``finish_runs``).
 """
 
 from __future__ import annotations
@@ -24,7 +24,7 @@ from punctual.domain.permissions import Role
 from punctual.domain.runs import DefinitionState, RunState
 from punctual.domain.timeutil import to_rfc3339
 from punctual.embedded import Scheduler
-from punctual.ports.records import WorkerRecord
+from punctual.ports.records import CursorMove, WorkerRecord
 from punctual.usecases import execution, schedules
 from punctual.usecases.definitions import DeclaredDefinition, register_worker, set_lifecycle
 from punctual.usecases.dispatch import DispatchReport, dispatch_due
@@ -193,9 +193,9 @@ class Rig:
         """Claim every pending run as the live worker and end it; run id -> its input."""
         loaded = [(name, version) for name, version, _ in self.loaded]
         claimed = execution.claim_runs(self.services, WORKER, ["standard"], loaded, 100)
-        for work in claimed:
-            error = None if state is RunState.COMPLETED else {"message": "ended by the test"}
-            assert execution.finish_run(self.services, WORKER, work.run, state, {}, error)
+        error = None if state is RunState.COMPLETED else {"message": "ended by the test"}
+        finished = [execution.Finished(work.run, state, {}, error) for work in claimed]
+        assert all(execution.finish_runs(self.services, WORKER, finished))
         return {work.run.id: work.payload for work in claimed}
 
     def edit(self, schedule_id: str, version: int, who: Scheduler, **changes: Any) -> Any:
@@ -847,7 +847,7 @@ def test_generating_the_same_window_twice_inserts_nothing_new(rig: Rig) -> None:
     assert [o.occurrence_at for o in before] == seconds_after(t0, 60, 120, 180)
 
     with rig.system.store.transaction() as tx:  # as if the cursor commit had been lost
-        tx.schedules.record(sid, cursor=t0, next_fire_at=t0 + timedelta(minutes=1))
+        tx.schedules.move_cursors([CursorMove(sid, t0, t0 + timedelta(minutes=1))])
     rig.generate()
     after = rig.occurrences(sid)
     assert [(o.id, o.occurrence_at, o.run_id) for o in after] == [

@@ -311,9 +311,6 @@ class Schedules(Protocol):
     ) -> bool:
         """User mutations and auto-disable: apply and bump ``version`` at the expected one."""
 
-    def record(self, schedule_id: str, **bookkeeping: Any) -> None:
-        """Runner bookkeeping; must never change ``version`` (RS-6)."""
-
     def get_many(self, schedule_ids: Collection[str]) -> dict[str, Schedule]:
         """Schedules by id, deleted ones included (dispatch resolves a page at once)."""
 

@@ -76,18 +76,6 @@ def finish_runs(services: Services, worker_id: str, finished: Sequence[Finished]
     return recorded
 
 
-def finish_run(
-    services: Services,
-    worker_id: str,
-    run: ClaimedRun,
-    state: RunState,
-    result: Any,
-    error: dict[str, Any] | None,
-) -> bool:
-    """Record one attempt's outcome; False when the run had moved on."""
-    return finish_runs(services, worker_id, [Finished(run, state, result, error)])[0]
-
-
 def heartbeat(services: Services, worker_id: str, running: Sequence[str]) -> list[RunFlags]:
     """Keep the worker and its runs' leases alive; returns the runs' cancel/terminate flags."""
     now = services.clock.now()

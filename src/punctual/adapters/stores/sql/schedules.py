@@ -192,10 +192,6 @@ class SqlSchedules:
             self.note_status({schedule_id: status})
         return True
 
-    def record(self, schedule_id: str, **bookkeeping: Any) -> None:
-        """Runner bookkeeping (cursor, next fire, last fired/status): never bumps ``version``."""
-        self._conn.execute(sa.update(t.schedules).where(_c.id == schedule_id).values(**bookkeeping))
-
     def get_many(self, schedule_ids: Collection[str]) -> dict[str, Schedule]:
         if not schedule_ids:
             return {}
