@@ -488,3 +488,17 @@ def test_close_reports_runs_that_finish_within_the_grace_period() -> None:
     assert [o.state for o in outcome] == ["completed"]
     assert isinstance(outcome[0].result, dict)
     assert not alive(outcome[0].result["pid"])
+
+
+def test_the_fork_server_preloads_what_the_worker_process_has_loaded() -> None:
+    """Each child re-runs the worker's ``__main__``: for ``punctual serve`` that is the
+    CLI, which must already be in the fork server so a child does not import it again."""
+    import punctual.adapters.engines.temporal.engine
+    import punctual.cli.main  # noqa: F401
+    from punctual.adapters.engines.local import executor
+
+    preload = executor._preload()
+
+    assert preload[:2] == ["__main__", executor.__name__]
+    assert {"punctual.cli.main", "punctual.bootstrap", "punctual.workflows"} <= set(preload)
+    assert not [m for m in preload if m.startswith("punctual.adapters.engines.temporal")]
