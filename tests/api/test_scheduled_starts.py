@@ -180,9 +180,10 @@ def live_worker(system: bootstrap.Punctual) -> None:
 
 
 def dispatched_start(system: bootstrap.Punctual, api: Api) -> dict[str, Any]:
-    """A start created 4 s in the past (accepted, due at once) and dispatched."""
+    """A start created 1 s in the past (due at once; well within the 5 s skew) and
+    dispatched."""
     live_worker(system)
-    start = create(api, start_at=ago(4))
+    start = create(api, start_at=ago(1))
     assert start["dispatch"] is None
     report = dispatch_due(system.services, "runner-test", 100)
     assert start["id"] in report.dispatched, report
@@ -916,7 +917,7 @@ def test_projection_reveals_dispatch_only_after_dispatch(
 ) -> None:
     api = member_api(system, client)
     live_worker(system)
-    created = create(api, start_at=ago(4))
+    created = create(api, start_at=ago(1))
     sid = created["id"]
     before = api.get(f"/scheduled-starts/{sid}").json()
     assert before["dispatch"] is None
@@ -1002,7 +1003,7 @@ def test_order_replay_of_a_reschedule_after_dispatch(
     api = member_api(system, client)
     live_worker(system)
     start = create(api)
-    body = {"version": 1, "start_at": ago(4)}
+    body = {"version": 1, "start_at": ago(1)}
     moved = api.post(f"/scheduled-starts/{start['id']}/reschedule", body, key="move-now")
     assert moved.status_code == 200, moved.text
     report = dispatch_due(system.services, "runner-test", 100)

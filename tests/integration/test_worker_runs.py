@@ -1,6 +1,6 @@
 """Runs on a real worker (child processes) and a real runner, on both stores (WF-4..WF-7).
 
-A start is created through the API 4 s in the past (accepted, due at once); the runner
+A start is created through the API 1 s in the past (due at once); the runner
 dispatches it and the worker executes it. Cancel is cooperative, terminate immediate.
 """
 
@@ -51,7 +51,7 @@ def settings_for_worker(database_url: str, tmp_path: Path) -> Any:
 def start_now(api: Api, workflow: str, payload: Any) -> dict[str, Any]:
     from datetime import UTC, datetime
 
-    start_at = (datetime.now(UTC) - timedelta(seconds=4)).isoformat()
+    start_at = (datetime.now(UTC) - timedelta(seconds=1)).isoformat()
     response = api.post(
         "/scheduled-starts",
         {
