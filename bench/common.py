@@ -534,3 +534,24 @@ def print_table(headers: Sequence[str], rows: Sequence[Sequence[str]]) -> None:
 
 def parse_list(value: str) -> list[str]:
     return [item.strip() for item in value.split(",") if item.strip()]
+
+
+def run_variants(
+    variants: Sequence[str],
+    runs: int,
+    one_run: Callable[[str, int, Path], T],
+    describe: Callable[[str, int, T], str],
+    summary_rows: Callable[[str, list[T]], list[list[str]]],
+) -> list[list[str]]:
+    """Every variant ``runs`` times (each run printed as it ends, logs in a temporary
+    directory); the summary rows of all variants."""
+    table: list[list[str]] = []
+    with tempfile.TemporaryDirectory(prefix="punctual-bench-logs-") as logs:
+        for variant in variants:
+            results: list[T] = []
+            for run in range(1, runs + 1):
+                result = one_run(variant, run, Path(logs))
+                results.append(result)
+                print(describe(variant, run, result), flush=True)
+            table += summary_rows(variant, results)
+    return table

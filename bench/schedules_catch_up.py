@@ -38,7 +38,6 @@ import contextlib
 import json
 import os
 import sys
-import tempfile
 import time
 from dataclasses import dataclass
 from datetime import timedelta
@@ -56,6 +55,7 @@ from bench.common import (
     print_machine,
     print_table,
     rss_mib,
+    run_variants,
     spawn,
 )
 from bench.schedules_common import (
@@ -367,15 +367,13 @@ def main() -> None:
         f"(no dispatch); {args.runs} run(s), each on a fresh database",
         flush=True,
     )
-    table: list[list[str]] = []
-    with tempfile.TemporaryDirectory(prefix="punctual-bench-logs-") as logs:
-        for missed in parse_list(args.missed):
-            results: list[RunResult] = []
-            for run in range(1, args.runs + 1):
-                result = one_run(args, missed, run, Path(logs))
-                results.append(result)
-                print(describe(missed, run, result), flush=True)
-            table += summary_rows(missed, results)
+    table = run_variants(
+        parse_list(args.missed),
+        args.runs,
+        lambda missed, run, logs: one_run(args, missed, run, logs),
+        describe,
+        summary_rows,
+    )
     print(f"\nmedian of {args.runs} run(s) [min-max]")
     print_table(["missed", "metric", "value"], table)
     print(f"must hold: max occurrences in a pass <= page size ({args.page_size})")

@@ -42,7 +42,6 @@ from __future__ import annotations
 import argparse
 import math
 import statistics
-import tempfile
 import threading
 import time
 from collections import Counter
@@ -70,6 +69,7 @@ from bench.common import (
     print_table,
     psycopg_url,
     rss_mib,
+    run_variants,
     serve_argv,
     spawn,
     wait_until,
@@ -568,15 +568,13 @@ def main() -> None:
         "database with fresh processes",
         flush=True,
     )
-    table: list[list[str]] = []
-    with tempfile.TemporaryDirectory(prefix="punctual-bench-logs-") as logs:
-        for topology in parse_list(args.topology):
-            results: list[RunResult] = []
-            for run in range(1, args.runs + 1):
-                result = one_run(args, topology, run, Path(logs))
-                results.append(result)
-                print(describe(topology, run, result), flush=True)
-            table += summary_rows(topology, results)
+    table = run_variants(
+        parse_list(args.topology),
+        args.runs,
+        lambda topology, run, logs: one_run(args, topology, run, logs),
+        describe,
+        summary_rows,
+    )
     print(f"\nmedian of {args.runs} run(s) [min-max]; lag = stamp - occurrence_at")
     print_table(["metric", "value"], table)
     print(
