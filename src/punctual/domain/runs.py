@@ -80,3 +80,35 @@ class DefinitionState(StrEnum):
     """Kept for what still needs it; not used for new dispatches."""
     RETIRED = "retired"
     """No longer usable."""
+
+
+class RunErrorCode(StrEnum):
+    """Stable codes of a run's ``error`` (API.md "Runs"): ``{"code", "message", ...}``."""
+
+    WORKFLOW_ERROR = "workflow_error"
+    """The body raised; the message is the body's own exception text (its author's)."""
+    TIMED_OUT = "timed_out"
+    """The execution timeout or the pending timeout passed."""
+    CANCELED = "canceled"
+    """Canceled on request before or while it ran."""
+    TERMINATED = "terminated"
+    """Terminated on request; no later result is accepted."""
+    WORKER_LOST = "worker_lost"
+    """Every attempt's worker was lost; the attempts are exhausted."""
+    INPUT_REJECTED = "input_rejected"
+    """The input does not validate against the pinned definition."""
+    INPUT_UNDECRYPTABLE = "input_undecryptable"
+    """The stored input failed authentication: it cannot be read with any key (FT-1)."""
+    INPUT_KEY_UNKNOWN = "input_key_unknown"
+    """No process that could run it holds the input's key (FT-1)."""
+    RESULT_NOT_STORABLE = "result_not_storable"
+    """The store refused the outcome deterministically; never executed again (FT-3)."""
+    HANDOFF_FAILED = "handoff_failed"
+    """The worker could not hand the run to an execution slot."""
+    ENGINE_EXECUTION_LOST = "engine_execution_lost"
+    """The engine no longer knows the execution."""
+
+
+def run_error(code: RunErrorCode, message: str, **extra: Any) -> dict[str, Any]:
+    """The one shape of a stored run error; ``extra`` adds e.g. ``type`` or ``traceback``."""
+    return {"code": code.value, "message": message, **extra}
