@@ -81,3 +81,20 @@ def test_recovering_a_stalled_dispatch(system: bootstrap.Punctual) -> None:
         report = api.get("/health").json()
         assert report["starts"]["stalled_count"] == 0
         assert report["status"] == "ok"
+
+
+def test_health_sees_a_new_failure_behind_a_long_history(system: bootstrap.Punctual) -> None:
+    """A tenant with over a thousand acknowledged findings still sees a new failure, and it
+    makes the report degraded (the report used to read only the oldest 1,000)."""
+    now = system.services.clock.now()
+    with system.store.transaction() as tx:
+        for i in range(1_050):
+            tx.findings.raise_finding("acme", "start_failed", f"old-{i}", "error", "old", now)
+        for finding in tx.findings.find("acme", limit=2_000):
+            tx.findings.acknowledge("acme", finding.id, "admin", now)
+        tx.findings.raise_finding("acme", "start_failed", "new-one", "error", "new", now)
+    with in_process(system) as client:
+        report = member_api(system, client, role=Role.ADMIN).get("/health").json()
+    assert report["status"] == "degraded"
+    assert report["open_findings_count"] == 1
+    assert report["findings"][0]["subject_id"] == "new-one"

@@ -346,6 +346,13 @@ class Findings(Protocol):
 
     def find(self, tenant: str, after_seq: int = 0, limit: int = 100) -> list[Finding]: ...
 
+    def latest(self, tenant: str, limit: int) -> list[Finding]:
+        """At most ``limit`` findings for a report: unacknowledged ones first, newest first
+        within each group, so a long history never hides a new failure."""
+
+    def count_open(self, tenant: str, severity: str) -> int:
+        """Unacknowledged findings of ``severity``, however many there are."""
+
     def get(self, tenant: str, finding_id: str) -> Finding | None: ...
 
     def acknowledge(

@@ -18,6 +18,8 @@ from punctual.usecases.projections import finding_view, start_view, ts
 HOST = "*"
 """The tenant of host-wide findings (an engine outage), shown in every tenant's report."""
 FAILED_LIST_LIMIT = 100
+FINDING_LIST_LIMIT = 200
+"""Findings shown per report; the status counts every open one (the list is a window)."""
 SCHEDULE_LIST_LIMIT = 1000
 _NO_COUNTS = {"skipped_count": 0, "missed_count": 0, "failed_count": 0}
 STALL_GRACE = timedelta(seconds=60)
@@ -28,8 +30,11 @@ def report(services: Services, principal: Principal) -> dict[str, Any]:
     engine_up = services.engine.available()
     since = now - timedelta(seconds=services.policy.worker_liveness_seconds)
     with services.store.transaction(readonly=True) as tx:
-        findings = tx.findings.find(HOST, limit=100) + tx.findings.find(
-            principal.tenant, limit=1000
+        findings = tx.findings.latest(HOST, FINDING_LIST_LIMIT) + tx.findings.latest(
+            principal.tenant, FINDING_LIST_LIMIT
+        )
+        open_failures = tx.findings.count_open(HOST, "error") + tx.findings.count_open(
+            principal.tenant, "error"
         )
         failed_count = tx.starts.count_in_state(principal.tenant, StartState.FAILED)
         failed = tx.starts.find(
@@ -39,13 +44,13 @@ def report(services: Services, principal: Principal) -> dict[str, Any]:
         workers = tx.definitions.live_workers(since)
         counts = tx.starts.occurrence_counts(principal.tenant)
         live = tx.schedules.find(principal.tenant, 0, SCHEDULE_LIST_LIMIT)
-    open_failures = [f for f in findings if f.severity == "error" and f.acknowledged_at is None]
     outage = any(f.kind == "engine_unavailable" for f in findings)
     engine_up = engine_up and not outage
     degraded = bool(open_failures) or not engine_up or bool(stalled)
     return {
         "status": "degraded" if degraded else "ok",
         "findings": [finding_view(f) for f in findings],
+        "open_findings_count": open_failures,
         "starts": {
             "failed_count": failed_count,
             "failed": [start_view(start) for _, start in failed],

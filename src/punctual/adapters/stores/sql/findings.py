@@ -65,6 +65,21 @@ class SqlFindings:
         )
         return [_finding(r) for r in self._conn.execute(query).mappings()]
 
+    def latest(self, tenant: str, limit: int) -> list[Finding]:
+        query = (
+            sa.select(t.findings)
+            .where(_f.tenant == tenant)
+            .order_by(_f.acknowledged_at.is_not(None), _f.seq.desc())
+            .limit(limit)
+        )
+        return [_finding(r) for r in self._conn.execute(query).mappings()]
+
+    def count_open(self, tenant: str, severity: str) -> int:
+        query = sa.select(sa.func.count()).where(
+            _f.tenant == tenant, _f.severity == severity, _f.acknowledged_at.is_(None)
+        )
+        return int(self._conn.execute(query).scalar_one())
+
     def get(self, tenant: str, finding_id: str) -> Finding | None:
         row = (
             self._conn.execute(
