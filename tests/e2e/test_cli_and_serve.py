@@ -459,3 +459,25 @@ def test_serve_refuses_an_unmigrated_postgres_and_db_upgrade_migrates_it(
     refused = run_cli("serve", "--port", str(free_port()), "--database-url", other, cwd=tmp_path)
     assert refused.returncode != 0
     assert "punctual db upgrade" in refused.stdout + refused.stderr
+
+
+def test_serve_with_several_api_processes_honours_the_dev_token(tmp_path: Path) -> None:
+    """``--workers N`` creates tenant ``default`` with the ``--dev-token`` admin token too
+    (it used to ignore the flag and create no token at all)."""
+    server = start_server(
+        tmp_path / "multi", "--components", "api", "--workers", "2", "--dev-token", DEV_TOKEN
+    )
+    try:
+        assert server.admin_token() == DEV_TOKEN
+        server.wait_healthy()
+        answer = httpx.get(
+            f"{server.base_url}/v1/tenants/default/definitions",
+            headers=bearer(DEV_TOKEN),
+            timeout=5,
+        )
+        assert answer.status_code == 200, answer.text
+    finally:
+        try:
+            server.terminate()
+        finally:
+            server.kill()

@@ -109,21 +109,13 @@ def serve(
         typer.echo(f"error: unknown component(s): {', '.join(sorted(unknown))}", err=True)
         raise typer.Exit(2)
     if workers > 1:
-        _serve_api_processes(config, database_url, host, port, workers, wanted)
+        _serve_api_processes(config, database_url, host, port, workers, wanted, dev_token)
         return
     with _handled():
         settings = _settings(config, database_url)
         system = bootstrap.build(settings)
     try:
-        with _handled():
-            issued = identity.bootstrap_default_tenant(system.services, dev_token)
-        if issued is not None:
-            typer.echo(f"admin token: {issued.token}")
-        else:
-            typer.echo(
-                "tenant 'default' already exists; for a new token run: punctual tokens create "
-                "--tenant default --subject admin --role admin"
-            )
+        _bootstrap_default_tenant(system, dev_token)
         if "worker" in wanted:
             with _handled():
                 system.start_worker(app_ref)
@@ -150,6 +142,7 @@ def _serve_api_processes(
     port: int,
     workers: int,
     wanted: set[str],
+    dev_token: str | None,
 ) -> None:
     """Several API processes behind one port; runners and workers run as their own
     processes (``--components runner,worker``)."""
@@ -160,7 +153,11 @@ def _serve_api_processes(
         raise typer.Exit(2)
     with _handled():
         settings = _settings(config, database_url)
-        bootstrap.build(settings).close()  # validate and migrate once, before forking
+        system = bootstrap.build(settings)  # validate and migrate once, before forking
+    try:
+        _bootstrap_default_tenant(system, dev_token)
+    finally:
+        system.close()
     if config is not None:
         os.environ[asgi.CONFIG_FILE_VARIABLE] = config
     if database_url is not None:
@@ -174,6 +171,19 @@ def _serve_api_processes(
         workers=workers,
         log_level="warning",
     )
+
+
+def _bootstrap_default_tenant(system: bootstrap.Punctual, dev_token: str | None) -> None:
+    """First start: tenant ``default`` with an admin token (``--dev-token`` or a new one)."""
+    with _handled():
+        issued = identity.bootstrap_default_tenant(system.services, dev_token)
+    if issued is not None:
+        typer.echo(f"admin token: {issued.token}")
+    else:
+        typer.echo(
+            "tenant 'default' already exists; for a new token run: punctual tokens create "
+            "--tenant default --subject admin --role admin"
+        )
 
 
 def _wait_for_signal() -> None:
