@@ -14,9 +14,11 @@ import secrets
 from pathlib import Path
 from typing import Any
 
+from cryptography.exceptions import InvalidTag
 from cryptography.hazmat.primitives.ciphers.aead import AESGCM
 
 from punctual.errors import ConfigurationError
+from punctual.ports.codec import InputKeyUnknown, InputUndecryptable
 from punctual.ports.records import EncryptedInput
 
 _NONCE_BYTES = 12
@@ -48,12 +50,18 @@ class KeyRingCodec:
     def decrypt(self, encrypted: EncryptedInput, aad: str) -> Any:
         cipher = self._ciphers.get(encrypted.key_id)
         if cipher is None:
-            raise ConfigurationError(
+            raise InputKeyUnknown(
                 f"codec key {encrypted.key_id!r} is not in the key ring; restore it to read "
                 "this input"
             )
         data = encrypted.ciphertext
-        plaintext = cipher.decrypt(data[:_NONCE_BYTES], data[_NONCE_BYTES:], aad.encode())
+        try:
+            plaintext = cipher.decrypt(data[:_NONCE_BYTES], data[_NONCE_BYTES:], aad.encode())
+        except InvalidTag:
+            raise InputUndecryptable(
+                f"the input sealed with codec key {encrypted.key_id!r} fails authentication: "
+                "it is damaged or was sealed with a different key under that id"
+            ) from None
         return json.loads(plaintext)
 
 
