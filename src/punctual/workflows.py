@@ -17,8 +17,9 @@ from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
 from typing import Any, TypeVar
 
-from pydantic import BaseModel
+from pydantic import BaseModel, ValidationError
 
+from punctual.domain.inputs import location, named_keys, schema_problems
 from punctual.errors import ConfigurationError
 
 WorkflowFn = TypeVar("WorkflowFn", bound=Callable[..., Any])
@@ -28,6 +29,11 @@ DEFAULT_EXECUTION_TIMEOUT_SECONDS = 3600.0
 
 class Canceled(Exception):
     """Raise from a workflow to end its run ``canceled`` after a cooperative cancel."""
+
+
+class InputRejected(Exception):
+    """The worker refused a run's input before its body began: the run fails
+    ``input_rejected``. The message names schema rules and places only (FT-4)."""
 
 
 class RunContext:
@@ -88,11 +94,39 @@ class WorkflowDefinition:
     wants_context: bool
     is_async: bool
 
+    def parse_input(self, payload: Any) -> Any:
+        """The body's argument, judged by the input schema like acceptance and dispatch
+        (decision 0004); ``InputRejected`` with a message that quotes no input."""
+        problems = schema_problems(self.input_schema, payload)
+        if problems:
+            raise InputRejected(
+                f"the input does not validate against {self.name} version {self.version}: "
+                + "; ".join(problems)
+            )
+        if self.input_model is None:
+            return payload
+        try:
+            return self.input_model.model_validate(payload)
+        except ValidationError as exc:
+            # pydantic's own text quotes the input (``input_value=...``): render from the
+            # error's place and type only.
+            raise InputRejected(
+                f"the input model of {self.name} version {self.version} refuses input its "
+                f"JSON Schema accepts: {'; '.join(self._model_problems(exc))}; put the rule "
+                "in the schema (json_schema_extra) or check it in the body"
+            ) from None
+
+    def _model_problems(self, exc: ValidationError) -> list[str]:
+        names = named_keys(self.input_schema)
+        problems = (
+            f"{location(error['loc'], names)}: {error['type']}"
+            for error in exc.errors(include_url=False, include_context=False, include_input=False)
+        )
+        return list(dict.fromkeys(problems))
+
     def invoke(self, payload: Any, ctx: RunContext) -> Any:
         """Run the body in this thread and return a JSON-ready result."""
-        argument: Any = (
-            self.input_model.model_validate(payload) if self.input_model is not None else payload
-        )
+        argument = self.parse_input(payload)
         args = (argument, ctx) if self.wants_context else (argument,)
         result = asyncio.run(self.fn(*args)) if self.is_async else self.fn(*args)
         if isinstance(result, BaseModel):
@@ -126,6 +160,13 @@ class App:
             key = (name, version)
             if key in self._definitions:
                 raise ConfigurationError(f"workflow {name} version {version} is registered twice")
+            if not execution_timeout_seconds > 0:  # NaN too
+                # A run without a finite, positive timeout could never be handed to a slot
+                # (and would hold its schedule's overlap policy for ever, WF-7).
+                raise ConfigurationError(
+                    f"workflow {name} version {version}: execution_timeout_seconds must be "
+                    f"greater than 0 (seconds), not {execution_timeout_seconds!r}"
+                )
             model: type[BaseModel] | None = None
             if isinstance(input, type) and issubclass(input, BaseModel):
                 model = input

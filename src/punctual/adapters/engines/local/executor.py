@@ -46,8 +46,9 @@ from multiprocessing.connection import Connection, wait
 from multiprocessing.process import BaseProcess
 from typing import Any, Literal
 
+from punctual.domain.runs import RunErrorCode, run_error
 from punctual.errors import ConfigurationError
-from punctual.workflows import App, Canceled, RunContext, load_app
+from punctual.workflows import App, Canceled, InputRejected, RunContext, load_app
 
 logger = logging.getLogger(__name__)
 
@@ -82,15 +83,17 @@ class Assignment:
 class Outcome:
     """How an assignment ended.
 
-    ``error`` is ``{"type", "message", "traceback"}`` for ``failed`` (plus ``exit_code``
-    when the child process died), and ``{"reason": ...}`` for ``canceled``,
-    ``terminated`` and ``timed_out``.
+    ``error`` is a run error (``domain.runs.run_error``): ``workflow_error`` with the
+    exception's ``type`` and ``traceback`` for ``failed`` (plus ``exit_code`` when the
+    child process died), ``input_rejected``, or ``canceled``, ``terminated``, ``timed_out``.
     """
 
     run_id: str
     state: OutcomeState
     result: Any | None  # JSON-ready, for completed
     error: dict[str, Any] | None
+    attempt: int = 0
+    """The assignment's attempt, so a caller can tell an earlier attempt's outcome apart."""
 
 
 # --------------------------------------------------------------------------------------
@@ -178,15 +181,14 @@ class _ChildServer:
         run_id = assignment.run_id
         definition = self._app.get(assignment.workflow, assignment.version)
         if definition is None:
-            error = {
-                "type": "WorkflowNotLoaded",
-                "message": (
-                    f"workflow {assignment.workflow!r} version {assignment.version!r} is not "
-                    f"registered in app {self._app_ref!r} as loaded by this worker; deploy a "
-                    "worker that has it, or pin the run to a loaded version"
-                ),
-                "traceback": "",
-            }
+            error = run_error(
+                RunErrorCode.WORKFLOW_ERROR,
+                f"workflow {assignment.workflow!r} version {assignment.version!r} is not "
+                f"registered in app {self._app_ref!r} as loaded by this worker; deploy a "
+                "worker that has it, or pin the run to a loaded version",
+                type="WorkflowNotLoaded",
+                traceback="",
+            )
             self._conn.send(("finished", run_id, "failed", None, error))
             return
         ctx = RunContext(run_id, assignment.attempt, assignment.origin, cancel_event)
@@ -198,30 +200,35 @@ class _ChildServer:
             result = definition.invoke(assignment.payload, ctx)
         except Canceled as exc:
             state = "canceled"
-            error_info = {"reason": _cap(str(exc), _MAX_MESSAGE_CHARS) or "canceled"}
+            error_info = run_error(
+                RunErrorCode.CANCELED, _cap(str(exc), _MAX_MESSAGE_CHARS) or "canceled"
+            )
+        except InputRejected as exc:  # refused before the body began; quotes no input
+            state = "failed"
+            error_info = run_error(RunErrorCode.INPUT_REJECTED, _cap(str(exc), _MAX_MESSAGE_CHARS))
         except BaseException as exc:  # SystemExit too: a body must not end the slot
             state = "failed"
-            error_info = {
-                "type": type(exc).__name__,
-                "message": _cap(_safe_str(exc), _MAX_MESSAGE_CHARS),
-                "traceback": _cap(traceback.format_exc(), _MAX_TRACEBACK_CHARS),
-            }
+            error_info = run_error(
+                RunErrorCode.WORKFLOW_ERROR,
+                _cap(_safe_str(exc), _MAX_MESSAGE_CHARS),
+                type=type(exc).__name__,
+                traceback=_cap(traceback.format_exc(), _MAX_TRACEBACK_CHARS),
+            )
         else:
             try:
                 result_json = json.dumps(result, allow_nan=False)
                 state = "completed"
             except (TypeError, ValueError, RecursionError) as exc:
                 state = "failed"
-                error_info = {
-                    "type": "ResultNotSerializable",
-                    "message": (
-                        f"workflow {assignment.workflow!r} version {assignment.version!r} "
-                        f"returned a result that is not JSON-serializable "
-                        f"({type(result).__name__}): {exc}; return JSON-ready data "
-                        "(dict, list, str, int, float, bool, None) or a pydantic model"
-                    ),
-                    "traceback": "",
-                }
+                error_info = run_error(
+                    RunErrorCode.WORKFLOW_ERROR,
+                    f"workflow {assignment.workflow!r} version {assignment.version!r} "
+                    f"returned a result that is not JSON-serializable "
+                    f"({type(result).__name__}): {exc}; return JSON-ready data "
+                    "(dict, list, str, int, float, bool, None) or a pydantic model",
+                    type="ResultNotSerializable",
+                    traceback="",
+                )
         self._conn.send(("finished", run_id, state, result_json, error_info))
 
 
@@ -414,11 +421,11 @@ class SlotPool:
             child = self._runs.get(run_id)
             if child is None:
                 return
-            self._finalize(child)
+            assignment = self._finalize(child)
             self._kill(child)
-            self._pending.append(
-                ("finished", Outcome(run_id, "terminated", None, {"reason": _TERMINATED_REASON}))
-            )
+            error = run_error(RunErrorCode.TERMINATED, _TERMINATED_REASON)
+            outcome = Outcome(run_id, "terminated", None, error, assignment.attempt)
+            self._pending.append(("finished", outcome))
         self._wake()
 
     def running(self) -> set[str]:
@@ -673,9 +680,9 @@ class SlotPool:
             _, run_id, state, result_json, error = message
             if child.active is None or child.active.assignment.run_id != run_id:
                 return
-            self._finalize(child)
+            assignment = self._finalize(child)
             result = json.loads(result_json) if result_json is not None else None
-            events.append(("finished", Outcome(run_id, state, result, error)))
+            events.append(("finished", Outcome(run_id, state, result, error, assignment.attempt)))
 
     def _retire(self, child: _Child, events: list[_Event]) -> None:
         """``child`` exited: report its run if it had one, and plan its replacement."""
@@ -719,7 +726,8 @@ class SlotPool:
             assignment = self._finalize(child)
             self._kill(child)
             reason = f"execution timeout of {assignment.timeout_seconds:g} s exceeded"
-            outcome = Outcome(assignment.run_id, "timed_out", None, {"reason": reason})
+            error = run_error(RunErrorCode.TIMED_OUT, reason)
+            outcome = Outcome(assignment.run_id, "timed_out", None, error, assignment.attempt)
             events.append(("finished", outcome))
 
     def _respawn_due(self) -> None:
@@ -784,17 +792,16 @@ def _preload() -> list[str]:
 
 
 def _died(assignment: Assignment, exit_code: int | None) -> Outcome:
-    error: dict[str, Any] = {
-        "type": "WorkerProcessDied",
-        "message": (
-            f"the process running workflow {assignment.workflow!r} version "
-            f"{assignment.version!r} died ({_describe_exit(exit_code)}) before the body "
-            "returned: it crashed, ran out of memory or called os._exit"
-        ),
-        "exit_code": exit_code,
-        "traceback": "",
-    }
-    return Outcome(assignment.run_id, "failed", None, error)
+    error = run_error(
+        RunErrorCode.WORKFLOW_ERROR,
+        f"the process running workflow {assignment.workflow!r} version "
+        f"{assignment.version!r} died ({_describe_exit(exit_code)}) before the body "
+        "returned: it crashed, ran out of memory or called os._exit",
+        type="WorkerProcessDied",
+        exit_code=exit_code,
+        traceback="",
+    )
+    return Outcome(assignment.run_id, "failed", None, error, assignment.attempt)
 
 
 def _describe_exit(exit_code: int | None) -> str:
