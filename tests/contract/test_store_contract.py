@@ -668,13 +668,16 @@ def test_compare_and_set_refuses_a_stale_version(store: SqlStore) -> None:
 
 
 def test_mark_dispatched_many_applies_only_at_each_claimed_version(store: SqlStore) -> None:
-    fresh, stale = insert_starts(store, new_start(), new_start(business_request_id="order-2"))
+    fresh, stale = insert_starts(
+        store, new_start(start_at=at(-1)), new_start(start_at=at(-1), business_request_id="o-2")
+    )
     with store.transaction() as tx:
+        claims = {c.id: c for c in tx.starts.claim_due(T0, 10, "runner-a", at(30))}
         assert tx.starts.compare_and_set(stale, 1, at(1), state=StartState.CANCELED.value)
         won = tx.starts.mark_dispatched_many(
             [
-                DispatchedStart(fresh, 1, 1, "v1", "sha256:aa"),
-                DispatchedStart(stale, 1, 1, "v1", "sha256:aa"),
+                DispatchedStart(claims[fresh].token, 1, "v1", "sha256:aa"),
+                DispatchedStart(claims[stale].token, 1, "v1", "sha256:aa"),
             ],
             at(2),
         )
@@ -746,7 +749,7 @@ def test_claim_due_takes_the_oldest_first_within_its_limit(store: SqlStore) -> N
     assert _claim_due(store, T0, limit=2) == [newest]
 
 
-def test_claim_due_moves_the_start_to_dispatching_with_version_bumped(store: SqlStore) -> None:
+def test_claim_due_moves_the_start_to_dispatching_with_a_claim_token(store: SqlStore) -> None:
     new = new_start(start_at=at(-1))
     insert_starts(store, new)
     with store.transaction() as tx:
@@ -758,7 +761,9 @@ def test_claim_due_moves_the_start_to_dispatching_with_version_bumped(store: Sql
         "report",
         new.run_id,
     )
-    assert (claim.version, claim.attempts, claim.input) == (2, 0, INPUT)
+    # A claim is not a user-visible transition (FT-5): the version stays, the token moves.
+    assert (claim.version, claim.attempts, claim.input) == (1, 0, INPUT)
+    assert (claim.claimed_by, claim.claim_seq) == ("runner-a", 1)
     assert (claim.created_by, claim.workload_class, claim.traceparent) == (
         "alice",
         "default",
@@ -766,7 +771,7 @@ def test_claim_due_moves_the_start_to_dispatching_with_version_bumped(store: Sql
     )
     assert claim.origin == {"source": "scheduled_start", "id": new.id}
     assert start is not None
-    assert (start.state, start.version, start.updated_at) == (StartState.DISPATCHING, 2, T0)
+    assert (start.state, start.version, start.updated_at) == (StartState.DISPATCHING, 1, T0)
 
 
 def test_claim_due_skips_a_start_whose_lease_is_live(store: SqlStore) -> None:
@@ -782,9 +787,14 @@ def test_claim_due_reclaims_a_start_whose_lease_expired(store: SqlStore) -> None
     with store.transaction() as tx:
         [claim] = tx.starts.claim_due(at(31), 10, "runner-b", at(61))
         start = tx.starts.get(TENANT, start_id)
-    assert (claim.id, claim.version) == (start_id, 3)
+    assert (claim.id, claim.version, claim.claimed_by, claim.claim_seq) == (
+        start_id,
+        1,
+        "runner-b",
+        2,
+    )
     assert start is not None
-    assert (start.state, start.version) == (StartState.DISPATCHING, 3)
+    assert (start.state, start.version) == (StartState.DISPATCHING, 1)
     with store.transaction() as tx:
         # The reclaimed start now has a live lease again.
         assert tx.starts.claim_due(at(40), 10, "runner-c", at(70)) == []
@@ -841,7 +851,7 @@ def test_earliest_due(store: SqlStore) -> None:
         # A claimed start comes due again when its lease expires.
         assert tx.starts.earliest_due() == at(30)
     with store.transaction() as tx:
-        tx.starts.compare_and_set(claimed, 2, at(1), state=StartState.DISPATCHED.value)
+        tx.starts.compare_and_set(claimed, 1, at(1), state=StartState.DISPATCHED.value)
         assert tx.starts.earliest_due() == at(100)
 
 

@@ -2,8 +2,11 @@
 
 * configuration failures are deterministic: retrying cannot help, the start fails
   (and a schedule that hits one is auto-disabled, CR-3);
-* start-specific failures (no worker has the version loaded) are retried with
-  backoff and charged to the start (DP-3);
+* item failures are deterministic too, but lie in one start's own stored data (a
+  ciphertext that fails authentication): that start fails, its schedule keeps firing;
+* start-specific failures (no worker has the version loaded, a key id this process does
+  not hold, an unexpected error while deciding the start) are retried with backoff and
+  charged to the start (DP-3);
 * outages (engine or store unavailable) are never charged to starts: dispatch pauses.
 """
 
@@ -16,6 +19,8 @@ from enum import StrEnum
 class FailureClass(StrEnum):
     CONFIGURATION = "configuration"
     """Deterministic: the start fails at once; retrying would fail the same way."""
+    ITEM = "item"
+    """Deterministic and confined to this start's own data: it fails at once, alone (FT-1)."""
     START_SPECIFIC = "start_specific"
     """Specific to this start and possibly temporary: retried with backoff, then failed."""
     OUTAGE = "outage"
@@ -66,3 +71,30 @@ def engine_unavailable(detail: str) -> DispatchFailure:
     return DispatchFailure(
         "engine_unavailable", f"the engine did not answer: {detail}", FailureClass.OUTAGE
     )
+
+
+def input_undecryptable(key_id: str) -> DispatchFailure:
+    return DispatchFailure(
+        "input_undecryptable",
+        f"the stored input (codec key {key_id}) fails authentication: it is damaged or was "
+        "sealed with another key under that id; create a new start with the input",
+        FailureClass.ITEM,
+    )
+
+
+def input_key_unknown(key_id: str) -> DispatchFailure:
+    return DispatchFailure(
+        "input_key_unknown",
+        f"codec key {key_id} is not in this runner's key ring; add it to every runner's ring",
+        FailureClass.START_SPECIFIC,
+    )
+
+
+def dispatch_error(error_type: str) -> DispatchFailure:
+    """An unexpected error while deciding one start: retried alone, never stops the page."""
+    return DispatchFailure(
+        "dispatch_error",
+        f"deciding the dispatch raised {error_type}; the runner log has the details",
+        FailureClass.START_SPECIFIC,
+    )
+

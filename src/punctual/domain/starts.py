@@ -131,17 +131,23 @@ def _offset(delta: timedelta | None) -> str:
     return f"{sign}{seconds // 3600:02d}:{seconds % 3600 // 60:02d}"
 
 
+MUTABLE_STATES = frozenset({StartState.SCHEDULED, StartState.BUFFERED, StartState.DISPATCHING})
+"""States a reschedule or cancel applies in. A ``dispatching`` start is only claimed (a
+claim is not a transition, FT-5): the mutation wins over the dispatch, which then fails to
+record and withdraws the run it may have started."""
+
+
 def check_mutable(start: ScheduledStart, expected_version: int) -> None:
     """Before reschedule or cancel: state first, then version (OS-5, OS-8)."""
-    if start.state in (StartState.DISPATCHING, StartState.DISPATCHED):
+    if start.state is StartState.DISPATCHED:
         kind = "occurrence" if start.schedule_id else "start"
         raise Conflict(
-            f"{kind} {start.id} is already {start.state.value}; act on run {start.run_id} "
+            f"{kind} {start.id} is already dispatched; act on run {start.run_id} "
             "instead (cancel or terminate it)",
             code="already_dispatched",
             run_id=start.run_id,
         )
-    if start.state not in (StartState.SCHEDULED, StartState.BUFFERED):
+    if start.state not in MUTABLE_STATES:
         raise Conflict(
             f"start {start.id} is {start.state.value} and can no longer change",
             code="invalid_state",

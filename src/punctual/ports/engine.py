@@ -4,7 +4,9 @@ The store creates the run record at dispatch; the engine then makes it execute. 
 promises, each pinned by the engine contract suite:
 
 * ``start`` is idempotent on the run id: a repeated call (retry, second runner, crash
-  between engine and store) converges on one execution (WF-6, DP-2);
+  between engine and store) converges on one execution (WF-6, DP-2), except that an
+  order marked ``replaces_unrecorded`` replaces an execution that is still waiting for
+  its run record (a leftover of an earlier dispatch, which must not win later);
 * ``cancel`` is cooperative and ``terminate`` immediate; both idempotent (WF-5);
 * ``loaded`` answers which (workflow, version, artifact) live workers have loaded;
 * an engine that cannot be reached raises ``EngineUnavailable``, never a start-specific
@@ -36,6 +38,11 @@ class RunOrder:
     priority: int
     timeout_seconds: float
     origin: dict[str, Any]
+    replaces_unrecorded: bool = False
+    """The start was claimed before: an earlier dispatch may have left an execution of this
+    run id that never got its run record. The engine replaces such an execution instead of
+    converging on it; safe because the caller holds the start's claim, so no run record
+    exists and no body has run."""
 
 
 class Engine(Protocol):

@@ -74,14 +74,31 @@ class ClaimedStart:
     schedule_id: str | None = None
     due_at: datetime | None = None
     occurrence_at: datetime | None = None
+    claimed_by: str = ""
+    claim_seq: int = 0
+
+    @property
+    def token(self) -> ClaimToken:
+        return ClaimToken(self.id, self.version, self.claimed_by, self.claim_seq)
+
+
+@dataclass(frozen=True)
+class ClaimToken:
+    """Which claim of a start a runner holds (FT-5): a claim does not change the start's
+    version, so what a runner records is matched on (id, version, claimer, claim sequence)
+    and refused once another claim, a cancel or a reschedule came in between."""
+
+    start_id: str
+    version: int
+    claimed_by: str
+    claim_seq: int
 
 
 @dataclass(frozen=True)
 class DispatchedStart:
-    """A claimed start to record as dispatched, at the version its claim gave it."""
+    """A claimed start to record as dispatched, under the claim token it was claimed with."""
 
-    id: str
-    version: int
+    claim: ClaimToken
     attempts: int
     definition_version: str
     artifact: str

@@ -19,6 +19,7 @@ from punctual.domain.starts import ScheduledStart, StartState
 from punctual.ports.records import (
     ClaimedRun,
     ClaimedStart,
+    ClaimToken,
     CursorMove,
     DispatchedStart,
     DueSchedule,
@@ -181,13 +182,35 @@ class Starts(Protocol):
         """Apply and bump the version only at ``expected_version``: the OS-7 arbiter."""
 
     def mark_dispatched_many(self, rows: Sequence[DispatchedStart], now: datetime) -> set[str]:
-        """Record claims dispatched, each only at its claimed version; the ids that won."""
+        """Record claims dispatched (version bumped), each only while its claim token still
+        holds and its lease has not run out at ``now``; the ids that won."""
 
     def claim_due(
         self, now: datetime, limit: int, runner_id: str, lease_until: datetime
     ) -> list[ClaimedStart]:
         """Claim due starts (and those whose lease expired) oldest first; concurrent
-        claimers must never get the same start while its lease is live."""
+        claimers must never get the same start while its lease is live. A claim must not
+        change ``version``; it takes the next ``claim_seq`` instead (FT-5)."""
+
+    def settle_claim(self, claim: ClaimToken, now: datetime, **changes: Any) -> bool:
+        """Apply a dispatch outcome (failure, retry, skip, buffer) and bump the version,
+        only while ``claim`` holds: same version and token, lease not run out at ``now``."""
+
+    def renew_claims(
+        self, claims: Sequence[ClaimToken], now: datetime, lease_until: datetime
+    ) -> set[str]:
+        """Extend the leases of the claims that still hold at ``now``; the ids renewed."""
+
+    def release_claims(self, claims: Sequence[ClaimToken], now: datetime) -> set[str]:
+        """Give claims that still hold back to ``scheduled``, version unchanged and nothing
+        charged (an engine outage); the ids released."""
+
+    def states_of(self, start_ids: Sequence[str]) -> dict[str, StartState]:
+        """The current state of each start (of any tenant) that exists."""
+
+    def allocation_of_run(self, tenant: str, run_id: str) -> tuple[StartState, str] | None:
+        """(state, created_by) of the start or occurrence of ``tenant`` that allocated
+        ``run_id``, whether or not the run exists yet (FT-5)."""
 
     def key_usage(self) -> dict[str, dict[str, int]]:
         """Codec key id -> {what still needs it: count} over pending and live work."""

@@ -1,11 +1,21 @@
 """Dispatch: turn due starts into runs, exactly one run per start (DP-1..DP-3, OS-6, RS-3).
 
-One pass claims a page of due starts under a lease (a versioned transition, so it
-races reschedule and cancel through the same arbiter), resolves the definition and a
-worker that has it loaded at *this* moment, validates the input again, asks the engine
-to start the runs, then records every outcome in one transaction. The run id was
-allocated when the start was created, so a pass that crashes anywhere converges on the
-same run when the lease expires and another pass picks the start up.
+One pass claims a page of due starts under a lease, resolves the definition and a worker
+that has it loaded at *this* moment, validates the input again, asks the engine to start
+the runs, then records every outcome in one transaction. The run id was allocated when
+the start was created, so a pass that crashes anywhere converges on the same run when the
+lease expires and another pass picks the start up.
+
+A claim is not a user-visible transition (FT-5): it leaves ``version`` alone and takes a
+claim token (claimer, claim sequence) instead. Every outcome is recorded under that token
+while the lease runs, so a cancel or reschedule that came in meanwhile wins and a runner
+whose lease ran out records nothing. A started run whose dispatch lost that way is
+withdrawn from the engine when no later dispatch will take it over.
+
+One bad item never stops the others (FT-1): whatever goes wrong while deciding one start
+(its input cannot be decrypted, the decision raises) becomes that start's own outcome.
+A pass never outlives its claims' lease (FT-2): the engine is asked in chunks and the
+claims are renewed between them.
 
 Occurrences of schedules are starts too. Those whose schedule has an overlap policy
 other than ``allow_all`` are dispatched one at a time under their schedule's lock, so
@@ -14,6 +24,7 @@ that two runners cannot both decide "the previous run is finished".
 
 from __future__ import annotations
 
+import logging
 from collections.abc import Sequence
 from dataclasses import dataclass, field
 from datetime import datetime, timedelta
@@ -31,12 +42,23 @@ from punctual.domain.schedules import (
 )
 from punctual.domain.starts import LastError, StartState
 from punctual.domain.timeutil import to_rfc3339
+from punctual.errors import Unavailable
+from punctual.ports.codec import InputKeyUnknown, InputUndecryptable
 from punctual.ports.engine import EngineUnavailable, RunOrder
 from punctual.ports.events import Event
 from punctual.ports.records import ClaimedStart, DispatchedStart, Fired, NewRun
 from punctual.ports.store import Tx
 from punctual.usecases.context import Services
 from punctual.usecases.definitions import input_problems
+
+log = logging.getLogger("punctual.dispatch")
+
+START_CHUNK = 64
+"""Orders per engine call. On Temporal with default options one call of 64 is bounded at
+19 s, inside two thirds of the default 30 s lease, so renewing the claims between chunks
+(every third of the lease) keeps every claim live for the whole pass (FT-2)."""
+
+_NO_DISPATCH_FOLLOWS = frozenset({StartState.CANCELED, StartState.FAILED, StartState.SKIPPED})
 
 
 @dataclass(frozen=True)
@@ -69,8 +91,41 @@ class DispatchReport:
     """Per dispatched start: dispatched_at - due_at."""
 
 
+class _Lease:
+    """The claims of one pass, renewed once a third of the lease has passed since they were
+    taken or last renewed; a claim that another runner took over is dropped (FT-2)."""
+
+    def __init__(self, services: Services, claims: Sequence[ClaimedStart], at: datetime) -> None:
+        self._services = services
+        self._length = timedelta(seconds=services.policy.lease_seconds)
+        self._open = {claim.id: claim for claim in claims}
+        self._renewed_at = at
+        self.lost: set[str] = set()
+
+    def keep(self) -> None:
+        now = self._services.clock.now()
+        if now - self._renewed_at < self._length / 3 or not self._open:
+            return
+        tokens = [claim.token for claim in self._open.values()]
+        with self._services.store.transaction() as tx:
+            renewed = tx.starts.renew_claims(tokens, now, now + self._length)
+        for start_id in set(self._open) - renewed:
+            del self._open[start_id]
+            self.lost.add(start_id)
+        self._renewed_at = now
+
+    def holds(self, claim: ClaimedStart) -> bool:
+        return claim.id in self._open
+
+    def settled(self, claims: Sequence[ClaimedStart]) -> None:
+        """Recorded or released: no longer renewed."""
+        for claim in claims:
+            self._open.pop(claim.id, None)
+
+
 def dispatch_due(services: Services, runner_id: str, page_size: int) -> DispatchReport:
-    """One pass over at most ``page_size`` due starts. Raises ``Unavailable`` on outages."""
+    """One pass over at most ``page_size`` due starts. Raises ``Unavailable`` on outages,
+    after recording what it could and giving back the rest of its claims uncharged."""
     policy = services.policy
     now = services.clock.now()
     with services.store.transaction() as tx:
@@ -80,38 +135,107 @@ def dispatch_due(services: Services, runner_id: str, page_size: int) -> Dispatch
     report = DispatchReport(claimed=len(claims))
     if not claims:
         return report
+    lease = _Lease(services, claims, now)
     services.crash_point("after_claim")
-    loaded = {(name, version) for name, version, _ in services.engine.loaded()}
-    with services.store.transaction(readonly=True) as tx:
-        schedules = _schedules_of(tx, claims)
-        definitions = _definitions_for(tx, claims, schedules)
-    decisions = [
-        _decide(services, claim, definitions.get(_wanted(claim, schedules)), loaded)
-        for claim in claims
-    ]
+    try:
+        loaded = {(name, version) for name, version, _ in services.engine.loaded()}
+        with services.store.transaction(readonly=True) as tx:
+            schedules = _schedules_of(tx, claims)
+            definitions = _definitions_for(tx, claims, schedules)
+        decisions = [
+            _decide_alone(services, claim, definitions.get(_wanted(claim, schedules)), loaded)
+            for claim in claims
+        ]
+    except Unavailable:
+        _release(services, claims)
+        raise
     serialized = [d for d in decisions if _needs_schedule_lock(d, schedules)]
     batch = [d for d in decisions if not _needs_schedule_lock(d, schedules)]
     ready = [d for d in batch if isinstance(d, Dispatched)]
-    try:
-        services.engine.start([d.order for d in ready])
-    except EngineUnavailable:
-        _release(services, claims)
-        raise
+    started, outage = _start_in_chunks(services, lease, ready)
     services.crash_point("after_engine_start")
+    started_ids = {d.claim.id for d in started}
+    report.lost += sum(1 for d in ready if d.claim.id in lease.lost)
+    unstarted = [
+        d.claim for d in ready if d.claim.id not in started_ids and d.claim.id not in lease.lost
+    ]
+    if unstarted:
+        _release(services, unstarted)
+        lease.settled(unstarted)
+    lease.keep()  # the lease is checked again by the record itself
     recorded_at = services.clock.now()
+    to_record = [d for d in batch if not isinstance(d, Dispatched) or d.claim.id in started_ids]
     with services.store.transaction() as tx:
-        _record(services, tx, batch, recorded_at, report)
+        _record(services, tx, to_record, recorded_at, report)
         services.crash_point("during_record")
+    lease.settled([d.claim for d in to_record])
     services.crash_point("after_record")
-    for decision in serialized:
+    for index, decision in enumerate(serialized):
         assert isinstance(decision, Dispatched)
-        _dispatch_under_schedule_lock(services, decision, report)
+        if outage is not None:
+            rest = [d.claim for d in serialized[index:]]
+            _release(services, rest)
+            break
+        lease.keep()
+        if not lease.holds(decision.claim):
+            report.lost += 1
+            continue
+        try:
+            if _dispatch_under_schedule_lock(services, decision, report):
+                started.append(decision)
+        except EngineUnavailable as exc:
+            outage = exc
+            _release(services, [decision.claim])
+            lease.settled([decision.claim])
     recorded = set(report.dispatched)
+    _withdraw_lost(services, [d for d in started if d.claim.id not in recorded])
     services.engine.on_recorded(
         [d.order for d in decisions if isinstance(d, Dispatched) and d.claim.id in recorded]
     )
     _emit(services, decisions, report, recorded_at)
+    if outage is not None:
+        raise outage
     return report
+
+
+def _start_in_chunks(
+    services: Services, lease: _Lease, ready: Sequence[Dispatched]
+) -> tuple[list[Dispatched], EngineUnavailable | None]:
+    """Start the runs chunk by chunk, keeping the claims live in between; stop at the first
+    outage (what was started is still recorded, the rest released)."""
+    started: list[Dispatched] = []
+    for offset in range(0, len(ready), START_CHUNK):
+        lease.keep()
+        chunk = [d for d in ready[offset : offset + START_CHUNK] if lease.holds(d.claim)]
+        try:
+            services.engine.start([d.order for d in chunk])
+        except EngineUnavailable as exc:
+            return started, exc
+        started.extend(chunk)
+    return started, None
+
+
+def _withdraw_lost(services: Services, lost: Sequence[Dispatched]) -> None:
+    """Runs started whose dispatch could not be recorded: when the start is canceled (or
+    otherwise ended) no dispatch will follow, so its execution is terminated now; a start
+    that is pending again is taken over by the next dispatch, which replaces the
+    execution. Best effort: an execution also exits by itself once it reads its start."""
+    if not lost:
+        return
+    with services.store.transaction(readonly=True) as tx:
+        states = tx.starts.states_of([d.claim.id for d in lost])
+    for decision in lost:
+        if states.get(decision.claim.id) not in _NO_DISPATCH_FOLLOWS:
+            continue
+        try:
+            services.engine.terminate(decision.claim.tenant, decision.claim.run_id)
+        except Unavailable as exc:
+            log.warning(
+                "event=dispatch_withdraw_failed start=%s run=%s error=%s",
+                decision.claim.id,
+                decision.claim.run_id,
+                exc,
+            )
 
 
 def _schedules_of(tx: Tx, claims: Sequence[ClaimedStart]) -> dict[str, Schedule]:
@@ -150,6 +274,29 @@ def _needs_schedule_lock(decision: Decision, schedules: dict[str, Schedule]) -> 
     )
 
 
+def _decide_alone(
+    services: Services,
+    claim: ClaimedStart,
+    definition: Definition | None,
+    loaded: set[tuple[str, str]],
+) -> Decision:
+    """FT-1: whatever goes wrong deciding one start is that start's outcome alone. An
+    outage (``Unavailable``) is nobody's fault and propagates: the pass gives its claims
+    back uncharged."""
+    try:
+        return _decide(services, claim, definition, loaded)
+    except InputUndecryptable:
+        return NotDispatched(claim, failures.input_undecryptable(claim.input.key_id))
+    except InputKeyUnknown:
+        return NotDispatched(claim, failures.input_key_unknown(claim.input.key_id))
+    except Unavailable:
+        raise
+    except Exception as exc:
+        # Only the type: an exception's text may quote the input (OS-9).
+        log.error("event=dispatch_decision_failed start=%s error=%s", claim.id, type(exc).__name__)
+        return NotDispatched(claim, failures.dispatch_error(type(exc).__name__))
+
+
 def _decide(
     services: Services,
     claim: ClaimedStart,
@@ -183,6 +330,7 @@ def _decide(
         priority=workload.priority,
         timeout_seconds=timeout,
         origin=claim.origin,
+        replaces_unrecorded=claim.claim_seq > 1,
     )
     return Dispatched(claim, definition, order)
 
@@ -207,9 +355,8 @@ def _new_run(decision: Dispatched) -> NewRun:
 
 def _mark_dispatched(tx: Tx, decision: Dispatched, now: datetime, report: DispatchReport) -> bool:
     claim = decision.claim
-    won = tx.starts.compare_and_set(
-        claim.id,
-        claim.version,
+    won = tx.starts.settle_claim(
+        claim.token,
         now,
         state=StartState.DISPATCHED.value,
         attempts=claim.attempts + 1,
@@ -256,8 +403,7 @@ def _record(
     won = tx.starts.mark_dispatched_many(
         [
             DispatchedStart(
-                d.claim.id,
-                d.claim.version,
+                d.claim.token,
                 d.claim.attempts + 1,
                 d.definition.version,
                 d.definition.artifact,
@@ -298,9 +444,8 @@ def _record_failure(
             "reason": failure.code,
             "next_attempt_at": None,
         }
-    won = tx.starts.compare_and_set(
-        claim.id,
-        claim.version,
+    won = tx.starts.settle_claim(
+        claim.token,
         now,
         attempts=attempts,
         last_error=error,
@@ -345,9 +490,9 @@ def _auto_disable(tx: Tx, claim: ClaimedStart, failure: DispatchFailure, now: da
 
 def _dispatch_under_schedule_lock(
     services: Services, decision: Dispatched, report: DispatchReport
-) -> None:
+) -> bool:
     """Overlap (RS-3) decided at dispatch, one schedule at a time: a run is unfinished
-    until it is terminal."""
+    until it is terminal. True if the engine was asked to start the run."""
     claim = decision.claim
     assert claim.schedule_id is not None
     with services.store.transaction() as tx:
@@ -363,11 +508,10 @@ def _dispatch_under_schedule_lock(
             services.engine.start([decision.order])
             if _mark_dispatched(tx, decision, now, report):
                 tx.runs.insert_new([_new_run(decision)], now)
-            return
+            return True
         state = StartState.SKIPPED if verdict is OverlapDecision.SKIP else StartState.BUFFERED
-        won = tx.starts.compare_and_set(
-            claim.id,
-            claim.version,
+        won = tx.starts.settle_claim(
+            claim.token,
             now,
             state=state.value,
             reason="overlap" if state is StartState.SKIPPED else None,
@@ -380,21 +524,15 @@ def _dispatch_under_schedule_lock(
             report.skipped.append(claim.id)
         else:
             report.buffered.append(claim.id)
+        return False
 
 
 def _release(services: Services, claims: Sequence[ClaimedStart]) -> None:
-    """Give claims back untouched (no attempt charged) when the engine is down."""
+    """Give claims back untouched (no attempt charged, version unchanged) when the engine is
+    down; a run it may have started in part is replaced by the next dispatch."""
     now = services.clock.now()
     with services.store.transaction() as tx:
-        for claim in claims:
-            tx.starts.compare_and_set(
-                claim.id,
-                claim.version,
-                now,
-                state=StartState.SCHEDULED.value,
-                claimed_by=None,
-                lease_until=None,
-            )
+        tx.starts.release_claims([claim.token for claim in claims], now)
 
 
 def _emit(

@@ -4,6 +4,11 @@ Each mutation is a function ``(tx, now) -> Outcome`` built from a frozen command
 HTTP, the CLI and the Python API run the same code under the same idempotency
 mechanism. Checks run in the contract's order: existence, validation, role, state,
 version.
+
+A start that a runner has only claimed (``dispatching``) is still reschedulable and
+cancelable: claims do not change ``version`` (FT-5), the mutation wins the compare-and-set,
+and the dispatch, which records under the claim's token, loses and withdraws the engine
+execution it may have started.
 """
 
 from __future__ import annotations
@@ -143,14 +148,19 @@ def reschedule(services: Services, principal: Principal, cmd: RescheduleStart) -
         validate_new_start_at(cmd.start_at, cmd.time_zone, now)
         require(principal, Action.MUTATE_START, owner=start.created_by)
         check_mutable(start, cmd.version)
+        # A dispatching start goes back to scheduled: the reschedule wins over the claim,
+        # whose dispatch then cannot record (FT-5).
         updated = _changed(
             tx,
             start,
             now,
+            state=StartState.SCHEDULED.value,
             start_at=cmd.start_at,
             time_zone=cmd.time_zone,
             due_at=cmd.start_at,
             next_attempt_at=None,
+            claimed_by=None,
+            lease_until=None,
         )
         _wake_if_due_soon(services, tx, cmd.start_at, now)
         return Outcome(200, start_view(updated), resource_id=start.id)

@@ -47,7 +47,10 @@ _SUPERVISE_SECONDS = 0.25
 _STORE_FLAGS_SECONDS = 1.0
 """How often a running attempt re-reads its run's state in the store (terminated?)."""
 _START_CHECK_SECONDS = 1.0
-_ENDED_STARTS = frozenset({"canceled", "failed"})
+_ENDED_STARTS = frozenset({"canceled", "failed", "skipped", "buffered", "scheduled"})
+"""Start states in which this execution's dispatch is over without a run record: ended, or
+back to scheduled (released, rescheduled, retried). The next dispatch of such a start
+replaces this execution, so waiting on would only keep a ghost alive."""
 _FAILURE_OF_STATE = {
     "failed": FailureType.FAILED,
     "canceled": FailureType.CANCELED,
@@ -169,7 +172,7 @@ class RunExecutor:
                     next_start_check = time.monotonic() + _START_CHECK_SECONDS
                     start_state = await asyncio.to_thread(self._ledger.start_state, args.run_id)
                     if start_state in _ENDED_STARTS:
-                        self._not_recorded(args, f"and its start ended {start_state}")
+                        self._not_recorded(args, f"and its start is {start_state}")
             except Unavailable as exc:  # the store is down: keep waiting (heartbeating)
                 log.warning("event=run_record_unreadable run=%s error=%s", args.run_id, exc)
             activity.heartbeat()

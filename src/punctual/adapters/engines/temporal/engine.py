@@ -9,7 +9,9 @@ Idempotency (WF-6, DP-2): a start uses the run id as workflow id with
 ``WorkflowIDConflictPolicy.USE_EXISTING`` (a retry while the execution runs returns the
 same execution) and ``WorkflowIDReusePolicy.REJECT_DUPLICATE`` (a retry after it closed is
 refused, and the refusal means "already started", not an error). So any number of
-dispatch retries, from any number of runners, converge on one execution.
+dispatch retries, from any number of runners, converge on one execution. A re-dispatch
+of a start claimed before (``RunOrder.replaces_unrecorded``) replaces an execution that
+never got its run record instead, so a leftover of an earlier attempt cannot win.
 
 Outages (DP-3): every failure to reach Temporal is raised as ``EngineUnavailable`` (never
 a start-specific error), so dispatch releases its claims uncharged and pauses.
@@ -309,8 +311,7 @@ class TemporalEngine:
                 self.run_args(order, ordered_at),
                 id=order.run_id,
                 task_queue=order.task_queue,
-                id_conflict_policy=WorkflowIDConflictPolicy.USE_EXISTING,
-                id_reuse_policy=WorkflowIDReusePolicy.REJECT_DUPLICATE,
+                **_id_policies(order),
                 priority=Priority(priority_key=order.priority),
                 memo={
                     "tenant": order.tenant,
@@ -338,6 +339,26 @@ class TemporalEngine:
             return _running(run_id, description.raw_description.pending_activities)
         history = await handle.fetch_history(rpc_timeout=self._rpc_timeout)
         return await _closed(client, run_id, history.events)
+
+
+def _id_policies(order: RunOrder) -> dict[str, Any]:
+    """How a start meets an execution that already has the run id (see the module docstring).
+
+    A re-dispatch (``replaces_unrecorded``) holds the start's claim, so no run record
+    exists and whatever execution has the id has not run the body: it is a leftover of an
+    earlier attempt (released after a partial batch, rescheduled, outlived its pending
+    timeout) and is replaced, running or closed, so the body really runs (issue: ghost
+    executions). A first dispatch converges on an existing execution as before.
+    """
+    if order.replaces_unrecorded:
+        return {
+            "id_conflict_policy": WorkflowIDConflictPolicy.TERMINATE_EXISTING,
+            "id_reuse_policy": WorkflowIDReusePolicy.ALLOW_DUPLICATE,
+        }
+    return {
+        "id_conflict_policy": WorkflowIDConflictPolicy.USE_EXISTING,
+        "id_reuse_policy": WorkflowIDReusePolicy.REJECT_DUPLICATE,
+    }
 
 
 def _running(run_id: str, pending: Sequence[Any]) -> Observation:

@@ -161,9 +161,10 @@ def update_many(
     match: Sequence[str],
     columns: Sequence[str],
     fixed: Mapping[str, Any] | None = None,
+    where: Sequence[sa.ColumnElement[bool]] = (),
 ) -> set[Any]:
     """Update many rows, each with its own values, in one statement; returns the value of
-    the first ``match`` column of every row that matched.
+    the first ``match`` column of every row that matched (and every ``where`` condition).
 
     On PostgreSQL the rows travel as one array per column and are joined with
     ``UPDATE .. FROM unnest(..)``: fixed SQL text, compiled and parsed once however many
@@ -177,14 +178,14 @@ def update_many(
         batch = _Unnest(table, names)
         pg_stmt = (
             sa.update(table)
-            .where(*[table.c[n] == batch.column(n) for n in match])
+            .where(*[table.c[n] == batch.column(n) for n in match], *where)
             .values({**{n: batch.column(n) for n in columns}, **(fixed or {})})
             .returning(key)
         )
         return set(conn.execute(pg_stmt, batch.params(rows)).scalars())
     row_stmt = (
         sa.update(table)
-        .where(*[table.c[n] == sa.bindparam(f"b_{n}") for n in match])
+        .where(*[table.c[n] == sa.bindparam(f"b_{n}") for n in match], *where)
         .values({**{n: sa.bindparam(f"b_{n}") for n in columns}, **(fixed or {})})
     )
     matched = set()

@@ -23,6 +23,7 @@ from punctual.domain.starts import LastError, ScheduledStart, StartState
 from punctual.domain.timeutil import to_rfc3339
 from punctual.ports.records import (
     ClaimedStart,
+    ClaimToken,
     DispatchedStart,
     EncryptedInput,
     NewOccurrence,
@@ -32,6 +33,22 @@ from punctual.ports.records import (
 
 _s = t.starts.c
 _PENDING = (StartState.SCHEDULED.value, StartState.DISPATCHING.value)
+_TOKEN = ["id", "version", "claimed_by", "claim_seq"]
+"""The columns a claim token matches on (FT-5)."""
+
+
+def _token_row(claim: ClaimToken) -> dict[str, Any]:
+    return {
+        "id": claim.start_id,
+        "version": claim.version,
+        "claimed_by": claim.claimed_by,
+        "claim_seq": claim.claim_seq,
+    }
+
+
+def _held(now: datetime) -> list[sa.ColumnElement[bool]]:
+    """Still dispatching under a lease that has not run out at ``now`` (FT-2)."""
+    return [_s.state == StartState.DISPATCHING.value, _s.lease_until >= now]
 
 
 def _origin(row: RowMapping) -> dict[str, Any]:
@@ -212,6 +229,11 @@ class SqlStarts:
         row = self._conn.execute(query).mappings().first()
         return start_from_row(row) if row else None
 
+    def allocation_of_run(self, tenant: str, run_id: str) -> tuple[StartState, str] | None:
+        query = sa.select(_s.state, _s.created_by).where(_s.tenant == tenant, _s.run_id == run_id)
+        row = self._conn.execute(query).first()
+        return (StartState(row[0]), str(row[1])) if row is not None else None
+
     def find(
         self, tenant: str, where: StartFilter, after_seq: int, limit: int
     ) -> list[tuple[int, ScheduledStart]]:
@@ -278,8 +300,8 @@ class SqlStarts:
         return result.rowcount == 1
 
     def mark_dispatched_many(self, rows: Sequence[DispatchedStart], now: datetime) -> set[str]:
-        """Record many claims dispatched at once, each only at its claimed version (the
-        arbiter of OS-7, batched); returns the ids that were still owned."""
+        """Record many claims dispatched at once, each only under its claim token and while
+        its lease runs (the arbiter of OS-7, batched); returns the ids that were still held."""
         if not rows:
             return set()
         fixed = {
@@ -296,26 +318,81 @@ class SqlStarts:
             t.starts,
             [
                 {
-                    "id": r.id,
-                    "version": r.version,
+                    **_token_row(r.claim),
                     "attempts": r.attempts,
                     "definition_version": r.definition_version,
                     "artifact": r.artifact,
                 }
                 for r in rows
             ],
-            match=["id", "version"],
+            match=_TOKEN,
             columns=["attempts", "definition_version", "artifact"],
             fixed=fixed,
+            where=_held(now),
         )
+
+    def settle_claim(self, claim: ClaimToken, now: datetime, **changes: Any) -> bool:
+        """A dispatch outcome other than "dispatched", applied only under ``claim``."""
+        if "last_error" in changes and isinstance(changes["last_error"], LastError):
+            changes["last_error"] = last_error_to_json(changes["last_error"])
+        result = self._conn.execute(
+            sa.update(t.starts)
+            .where(
+                _s.id == claim.start_id,
+                _s.version == claim.version,
+                _s.claimed_by == claim.claimed_by,
+                _s.claim_seq == claim.claim_seq,
+                *_held(now),
+            )
+            .values(version=_s.version + 1, updated_at=now, **changes)
+        )
+        return result.rowcount == 1
+
+    def renew_claims(
+        self, claims: Sequence[ClaimToken], now: datetime, lease_until: datetime
+    ) -> set[str]:
+        """Longer leases for the claims still held; not a transition, so no version bump."""
+        return update_many(
+            self._conn,
+            t.starts,
+            [_token_row(c) for c in claims],
+            match=_TOKEN,
+            columns=[],
+            fixed={"lease_until": lease_until},
+            where=_held(now),
+        )
+
+    def release_claims(self, claims: Sequence[ClaimToken], now: datetime) -> set[str]:
+        """Claims given back untouched: version, attempts and due time stay as they were."""
+        return update_many(
+            self._conn,
+            t.starts,
+            [_token_row(c) for c in claims],
+            match=_TOKEN,
+            columns=[],
+            fixed={
+                "state": StartState.SCHEDULED.value,
+                "claimed_by": None,
+                "lease_until": None,
+                "updated_at": now,
+            },
+            where=[_s.state == StartState.DISPATCHING.value],
+        )
+
+    def states_of(self, start_ids: Sequence[str]) -> dict[str, StartState]:
+        if not start_ids:
+            return {}
+        query = sa.select(_s.id, _s.state).where(_s.id.in_(list(start_ids)))
+        return {row[0]: StartState(row[1]) for row in self._conn.execute(query)}
 
     def claim_due(
         self, now: datetime, limit: int, runner_id: str, lease_until: datetime
     ) -> list[ClaimedStart]:
         """Claim up to ``limit`` due starts, oldest first, and those whose lease expired.
 
-        A claim is itself a versioned transition (scheduled -> dispatching), so a
-        reschedule or cancel racing it loses cleanly with a conflict.
+        A claim is not a user-visible transition: ``version`` stays (a cancel or
+        reschedule read before the claim still applies, FT-5) and the claim takes the next
+        ``claim_seq``; with ``claimed_by`` that is the token every outcome is recorded under.
         """
         due = (
             sa.select(_s.id)
@@ -334,7 +411,7 @@ class SqlStarts:
                 state=StartState.DISPATCHING.value,
                 claimed_by=runner_id,
                 lease_until=lease_until,
-                version=_s.version + 1,
+                claim_seq=_s.claim_seq + 1,
                 updated_at=now,
             )
             .returning(
@@ -352,6 +429,7 @@ class SqlStarts:
                 _s.schedule_id,
                 _s.occurrence_at,
                 _s.due_at,
+                _s.claim_seq,
             )
         )
         return [
@@ -370,6 +448,8 @@ class SqlStarts:
                 schedule_id=r["schedule_id"],
                 due_at=r["due_at"],
                 occurrence_at=r["occurrence_at"],
+                claimed_by=runner_id,
+                claim_seq=r["claim_seq"],
             )
             for r in sorted(claimed.mappings(), key=lambda r: (r["due_at"], r["id"]))
         ]

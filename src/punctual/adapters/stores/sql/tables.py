@@ -158,6 +158,9 @@ starts = sa.Table(
     sa.Column("dispatched_at", UTCDateTime),
     sa.Column("claimed_by", sa.String(40)),
     sa.Column("lease_until", UTCDateTime),
+    # With claimed_by, the claim token (FT-5): every claim takes the next number, and a
+    # dispatch records only under the token it claimed with.
+    sa.Column("claim_seq", sa.Integer, nullable=False, server_default=sa.text("0")),
     # Occurrences of schedules are starts too; these columns are null for one-off starts.
     sa.Column("schedule_id", sa.String(40)),
     sa.Column("occurrence_at", UTCDateTime),
