@@ -14,6 +14,19 @@ def input_size(value: Any) -> int:
     return len(json.dumps(value, separators=(",", ":"), sort_keys=True).encode())
 
 
+def admit_input_size(services: Services, tenant: str, payload: Any) -> None:
+    """``413 input_too_large``: every path that stores input calls this (OS-10)."""
+    limit = services.policy.tenant_policy(tenant).max_input_bytes
+    size = input_size(payload)
+    if size > limit:
+        raise PayloadTooLarge(
+            f"input is {size} bytes; this tenant accepts at most {limit}",
+            code="input_too_large",
+            limit=limit,
+            size=size,
+        )
+
+
 def admit_input_and_class(
     services: Services, tenant: str, workload_class: str, payload: Any | None
 ) -> None:
@@ -21,14 +34,7 @@ def admit_input_and_class(
     the size check (an edit that does not change the input)."""
     policy = services.policy.tenant_policy(tenant)
     if payload is not None:
-        size = input_size(payload)
-        if size > policy.max_input_bytes:
-            raise PayloadTooLarge(
-                f"input is {size} bytes; this tenant accepts at most {policy.max_input_bytes}",
-                code="input_too_large",
-                limit=policy.max_input_bytes,
-                size=size,
-            )
+        admit_input_size(services, tenant, payload)
     configured = services.policy.workload_classes
     if workload_class not in configured or workload_class not in policy.allowed_workload_classes:
         allowed = sorted(policy.allowed_workload_classes & set(configured))

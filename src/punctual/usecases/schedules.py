@@ -1,8 +1,8 @@
 """Recurring schedules: create, read, edit, pause/resume, delete, occurrences, preview (RS-*).
 
 Every mutation is a function ``(tx, now) -> Outcome`` built from a frozen command, run by
-the same idempotency mechanism as starts. Check order: existence, validation, role,
-state, version (API.md).
+the same idempotency mechanism as starts. Check order (API.md): existence, validation that
+reads only the request, role, checks that need stored input (FT-4), state, version.
 """
 
 from __future__ import annotations
@@ -34,7 +34,7 @@ from punctual.domain.starts import StartState, check_mutable
 from punctual.errors import Conflict, InvalidRequest, QuotaExceeded, not_found, version_conflict
 from punctual.ports.records import NewOccurrence, NewSchedule
 from punctual.ports.store import Tx
-from punctual.usecases.admission import admit_input_and_class
+from punctual.usecases.admission import admit_input_and_class, admit_input_size
 from punctual.usecases.context import Services
 from punctual.usecases.definitions import input_problems, require_active
 from punctual.usecases.idempotency import Mutation, Outcome
@@ -247,6 +247,7 @@ def create(services: Services, principal: Principal, cmd: CreateSchedule) -> Mut
         require(principal, Action.CREATE)
         admit_input_and_class(services, principal.tenant, cmd.workload_class, cmd.input)
         limit = services.policy.tenant_policy(principal.tenant).max_schedules
+        tx.schedules.lock_for_create(principal.tenant)  # exact count and name check
         count = tx.schedules.count_live(principal.tenant)
         if count >= limit:
             raise QuotaExceeded(
@@ -361,22 +362,15 @@ def update(services: Services, principal: Principal, cmd: UpdateSchedule) -> Mut
                 raise InvalidRequest("name must be 1 to 200 characters")
             changes["name"] = name
         workflow = values["workflow"]
-        if "workflow" in cmd.changes or "input" in cmd.changes:
-            payload = cmd.changes.get("input")
-            if "input" not in cmd.changes:
-                payload = services.codec.decrypt(
-                    tx.schedules.input_of(schedule.id), schedule.tenant
-                )
-            _check_input(tx, workflow, payload)
-            changes["workflow"] = workflow
-            changes["input"] = services.codec.encrypt(payload, schedule.tenant)
+        if "input" in cmd.changes:
+            # The request's own input: validation that reads only the request (422).
+            _check_input(tx, workflow, cmd.changes["input"])
+        elif "workflow" in cmd.changes:
+            require_active(tx, workflow)
         if "version_policy" in cmd.changes:
             changes["version_policy"] = _version_policy(cmd.changes["version_policy"]).value
         if "regression" in cmd.changes:
             changes["regression"] = parse_regression(cmd.changes["regression"])
-        if "workload_class" in cmd.changes:
-            admit_input_and_class(services, schedule.tenant, cmd.changes["workload_class"], None)
-            changes["workload_class"] = cmd.changes["workload_class"]
         if "enabled" in cmd.changes:
             if not isinstance(cmd.changes["enabled"], bool):
                 raise InvalidRequest("enabled must be true or false")
@@ -386,6 +380,19 @@ def update(services: Services, principal: Principal, cmd: UpdateSchedule) -> Mut
             require(principal, Action.EDIT_SCHEDULE, owner=schedule.created_by)
         else:
             require(principal, Action.OPERATE)
+        if "workload_class" in cmd.changes:
+            admit_input_and_class(services, schedule.tenant, cmd.changes["workload_class"], None)
+            changes["workload_class"] = cmd.changes["workload_class"]
+        if "input" in cmd.changes:
+            admit_input_size(services, schedule.tenant, cmd.changes["input"])
+            changes["workflow"] = workflow
+            changes["input"] = services.codec.encrypt(cmd.changes["input"], schedule.tenant)
+        elif "workflow" in cmd.changes:
+            # Needs the stored input, so only after the role and ownership checks: a caller
+            # who may not edit learns nothing about it (FT-4).
+            stored = services.codec.decrypt(tx.schedules.input_of(schedule.id), schedule.tenant)
+            _check_input(tx, workflow, stored)
+            changes["workflow"] = workflow
         if schedule.version != cmd.version:
             raise version_conflict("schedule", schedule.id, schedule.version)
         if changes.get("name") and tx.schedules.name_taken(
