@@ -2,16 +2,12 @@
 
 from __future__ import annotations
 
-import functools
-import json
 from collections.abc import Iterable
 from dataclasses import dataclass
 from datetime import datetime, timedelta
 from typing import Any
 
-from jsonschema import Draft202012Validator
-from jsonschema.exceptions import SchemaError, ValidationError
-
+from punctual.domain.inputs import schema_problems
 from punctual.domain.runs import Definition, DefinitionState
 from punctual.errors import ConfigurationError, Conflict, InvalidRequest, NotFound
 from punctual.ports.records import WorkerRecord
@@ -31,39 +27,12 @@ class DeclaredDefinition:
     execution_timeout_seconds: float
 
 
-@functools.lru_cache(maxsize=512)
-def _validator(schema_json: str) -> Draft202012Validator:
-    schema = json.loads(schema_json)
-    Draft202012Validator.check_schema(schema)
-    return Draft202012Validator(schema)
-
-
 def input_problems(definition: Definition, payload: Any) -> list[str]:
-    """Why ``payload`` does not validate against the definition's schema (empty if it does)."""
-    try:
-        validator = _validator(json.dumps(definition.input_schema, sort_keys=True))
-    except SchemaError as exc:
-        return [f"the definition's input schema is invalid: {exc.message}"]
-    problems = []
-    for error in sorted(validator.iter_errors(payload), key=lambda e: list(e.schema_path)):
-        problems.append(_describe(error))
-    return problems
+    """Why ``payload`` does not validate against the definition's schema (empty if it does).
 
-
-def _describe(error: ValidationError) -> str:
-    """Say which schema rule failed using only the schema: jsonschema's own messages quote
-    the input's values, and input must never reach a message, a log or a record (OS-9)."""
-    rule = str(error.validator)
-    where = "/".join(str(p) for p in error.schema_path) or rule
-    expected = json.dumps(error.validator_value, sort_keys=True, default=str)
-    if len(expected) > 200:
-        expected = expected[:200] + "..."
-    if rule == "additionalProperties" and isinstance(error.instance, dict):
-        # Property *names* are the input's structure, not its values: naming them helps.
-        known = set(error.schema.get("properties", {})) if isinstance(error.schema, dict) else set()
-        extra = sorted(str(k)[:100] for k in error.instance if k not in known)
-        return f"{where}: properties not allowed by the schema: {', '.join(extra)}"
-    return f"{where}: the input does not satisfy {rule} {expected}"
+    The schema is the one judge (decision 0004); the problems name schema rules and
+    schema-named places only, never input values or unnamed keys (FT-4)."""
+    return schema_problems(definition.input_schema, payload)
 
 
 def register_worker(
