@@ -1,0 +1,289 @@
+"""Faults during dispatch (FT-1, FT-2, FT-5), on both stores.
+
+* One start whose input cannot be decrypted is handled alone; the rest of the page
+  dispatches in the same pass.
+* A pass whose engine calls take longer than the claims' lease keeps its claims.
+* Claims and releases leave ``version`` alone; a cancel or reschedule of a start that is
+  only claimed takes effect, and the dispatch then cannot record.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import threading
+import time
+from collections.abc import Callable, Iterator, Sequence
+from datetime import UTC, datetime, timedelta
+from pathlib import Path
+from typing import Any
+
+import pytest
+import sqlalchemy as sa
+
+from punctual import bootstrap
+from punctual.adapters.stores.sql import tables as t
+from punctual.domain.permissions import Principal, Role
+from punctual.ports.engine import Engine, EngineUnavailable, RunOrder
+from punctual.usecases import starts
+from punctual.usecases.dispatch import START_CHUNK, dispatch_due
+from tests.conftest import make_settings
+from tests.support.api import live_worker, register_demo
+
+ALICE = Principal("acme", "alice", Role.MEMBER)
+
+
+class HookedEngine:
+    """The real engine with a hook run inside every ``start`` (and a record of terminates)."""
+
+    def __init__(self, inner: Engine) -> None:
+        self.inner = inner
+        self.name = inner.name
+        self.loaded = inner.loaded
+        self.cancel = inner.cancel
+        self.on_recorded = inner.on_recorded
+        self.available = inner.available
+        self.on_start: Callable[[Sequence[RunOrder]], None] = lambda orders: None
+        self.started: list[list[str]] = []
+        self.terminated: list[str] = []
+
+    def start(self, orders: Sequence[RunOrder]) -> None:
+        self.started.append([order.run_id for order in orders])
+        self.on_start(orders)
+        self.inner.start(orders)
+
+    def terminate(self, tenant: str, run_id: str) -> None:
+        self.terminated.append(run_id)
+        self.inner.terminate(tenant, run_id)
+
+
+@pytest.fixture
+def system(database_url: str, tmp_path: Path) -> Iterator[bootstrap.Punctual]:
+    settings = make_settings(
+        database_url, tmp_path, runner={"lease_seconds": 1.5}, worker={"heartbeat_seconds": 0.2}
+    )
+    built = bootstrap.build(settings)
+    try:
+        register_demo(built)
+        live_worker(built)
+        yield built
+    finally:
+        built.close()
+
+
+def _hooked(system: bootstrap.Punctual) -> HookedEngine:
+    engine = HookedEngine(system.services.engine)
+    system.services = dataclasses.replace(system.services, engine=engine)
+    return engine
+
+
+def _create(system: bootstrap.Punctual, count: int) -> list[str]:
+    ids = []
+    for n in range(count):
+        command = starts.CreateStart(
+            workflow="echo",
+            input={"message": f"m{n}"},
+            business_request_id=f"fault-{n}",
+            start_at=datetime.now(UTC) - timedelta(seconds=1),
+            workload_class="standard",
+        )
+        outcome = system.mutations.run(None, starts.create(system.services, ALICE, command))
+        ids.append(outcome.body["id"])
+    return ids
+
+
+def _update_start(system: bootstrap.Punctual, start_id: str, **values: Any) -> None:
+    url = system.store.url.replace("postgresql://", "postgresql+psycopg://", 1)
+    engine = sa.create_engine(url)
+    with engine.begin() as conn:
+        conn.execute(sa.update(t.starts).where(t.starts.c.id == start_id).values(**values))
+    engine.dispose()
+
+
+def _ciphertext(system: bootstrap.Punctual, start_id: str) -> bytes:
+    url = system.store.url.replace("postgresql://", "postgresql+psycopg://", 1)
+    engine = sa.create_engine(url)
+    with engine.connect() as conn:
+        value = conn.execute(
+            sa.select(t.starts.c.input).where(t.starts.c.id == start_id)
+        ).scalar_one()
+    engine.dispose()
+    return bytes(value)
+
+
+def _start(system: bootstrap.Punctual, start_id: str) -> dict[str, Any]:
+    return starts.get(system.services, ALICE, start_id)
+
+
+# ---- FT-1 -----------------------------------------------------------------------------
+
+
+def test_an_undecryptable_input_fails_alone_and_the_rest_of_the_page_dispatches(
+    system: bootstrap.Punctual,
+) -> None:
+    damaged, unknown_key, *fine = _create(system, 5)
+    sealed = bytearray(_ciphertext(system, damaged))
+    sealed[-1] ^= 0x01  # the authentication tag no longer matches
+    _update_start(system, damaged, input=bytes(sealed))
+    _update_start(system, unknown_key, input_key_id="k-held-elsewhere")
+
+    report = dispatch_due(system.services, "runner-a", 500)
+
+    assert sorted(report.dispatched) == sorted(fine)
+    assert report.failed == [damaged]
+    assert report.retried == [unknown_key]
+    failed = _start(system, damaged)
+    assert failed["state"] == "failed"
+    assert failed["last_error"]["code"] == "input_undecryptable"
+    assert "m0" not in failed["last_error"]["message"]
+    retried = _start(system, unknown_key)
+    assert retried["state"] == "scheduled"
+    assert retried["last_error"]["code"] == "input_key_unknown"
+    assert retried["next_attempt_at"] is not None
+    with system.store.transaction(readonly=True) as tx:
+        findings = tx.findings.find(ALICE.tenant)
+    assert [(f.kind, f.subject_id) for f in findings] == [("start_failed", damaged)]
+
+
+def test_an_unexpected_error_deciding_one_start_is_retried_alone(
+    system: bootstrap.Punctual, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    bad, *fine = _create(system, 3)
+    codec = system.services.codec
+    real = codec.decrypt
+
+    def decrypt(encrypted: Any, aad: str) -> Any:
+        value = real(encrypted, aad)
+        if value == {"message": "m0"}:
+            raise RuntimeError("a bug that quotes the input: m0")
+        return value
+
+    monkeypatch.setattr(codec, "decrypt", decrypt)
+    report = dispatch_due(system.services, "runner-a", 500)
+
+    assert sorted(report.dispatched) == sorted(fine)
+    assert report.retried == [bad]
+    retried = _start(system, bad)
+    assert retried["last_error"]["code"] == "dispatch_error"
+    assert "m0" not in retried["last_error"]["message"]
+
+
+# ---- FT-2 -----------------------------------------------------------------------------
+
+
+def test_a_pass_keeps_its_claims_while_a_slow_engine_outlives_the_lease(
+    system: bootstrap.Punctual,
+) -> None:
+    lease = system.services.policy.lease_seconds
+    count = 2 * START_CHUNK + 2
+    ids = _create(system, count)
+    engine = _hooked(system)
+    stolen: list[str] = []
+    per_order = lease * 0.9 / START_CHUNK  # a chunk fits the lease, the page does not
+
+    def slow(orders: Sequence[RunOrder]) -> None:
+        time.sleep(per_order * len(orders))
+        now = datetime.now(UTC)
+        with system.store.transaction() as tx:
+            stolen.extend(c.id for c in tx.starts.claim_due(now, 500, "runner-b", now))
+
+    engine.on_start = slow
+    began = time.monotonic()
+    report = dispatch_due(system.services, "runner-a", 500)
+
+    assert time.monotonic() - began > lease, "the pass must outlive one lease to prove this"
+    assert stolen == []
+    assert sorted(report.dispatched) == sorted(ids)
+    assert report.lost == 0
+
+
+# ---- FT-5 -----------------------------------------------------------------------------
+
+
+def test_an_outage_release_leaves_the_version_so_a_cancel_still_applies(
+    system: bootstrap.Punctual,
+) -> None:
+    [start_id] = _create(system, 1)
+    engine = _hooked(system)
+
+    def down(orders: Sequence[RunOrder]) -> None:
+        raise EngineUnavailable("connection refused (switched off by the test)")
+
+    engine.on_start = down
+    for _ in range(3):
+        with pytest.raises(EngineUnavailable):
+            dispatch_due(system.services, "runner-a", 500)
+    released = _start(system, start_id)
+    assert (released["state"], released["version"], released["attempts"]) == ("scheduled", 1, 0)
+    outcome = system.mutations.run(
+        None, starts.cancel(system.services, ALICE, starts.CancelStart(start_id, 1))
+    )
+    assert outcome.status == 200
+    assert outcome.body["state"] == "canceled"
+
+
+def _during_the_engine_start(
+    system: bootstrap.Punctual, engine: HookedEngine, mutate: Callable[[], Any]
+) -> list[Any]:
+    """Run ``mutate`` on another thread while dispatch is inside the engine's start (the
+    start is claimed, not yet recorded), as an API request would."""
+    answers: list[Any] = []
+
+    def hook(orders: Sequence[RunOrder]) -> None:
+        def call() -> None:
+            try:
+                answers.append(mutate())
+            except Exception as exc:
+                answers.append(exc)
+
+        thread = threading.Thread(target=call)
+        thread.start()
+        thread.join(10)
+
+    engine.on_start = hook
+    return answers
+
+
+def test_a_cancel_while_dispatching_wins_and_the_dispatch_withdraws_its_run(
+    system: bootstrap.Punctual,
+) -> None:
+    [start_id] = _create(system, 1)
+    version = _start(system, start_id)["version"]
+    engine = _hooked(system)
+    cancel = starts.cancel(system.services, ALICE, starts.CancelStart(start_id, version))
+    answers = _during_the_engine_start(system, engine, lambda: system.mutations.run(None, cancel))
+
+    report = dispatch_due(system.services, "runner-a", 500)
+
+    [answer] = answers
+    assert not isinstance(answer, Exception), answer
+    assert (answer.status, answer.body["state"]) == (200, "canceled")
+    assert report.dispatched == []
+    assert report.lost == 1
+    start = _start(system, start_id)
+    assert (start["state"], start["dispatch"]) == ("canceled", None)
+    [[run_id]] = engine.started
+    assert engine.terminated == [run_id]  # the execution it may have started is withdrawn
+    with system.store.transaction(readonly=True) as tx:
+        assert tx.runs.get(ALICE.tenant, run_id) is None
+
+
+def test_a_reschedule_while_dispatching_takes_effect(system: bootstrap.Punctual) -> None:
+    [start_id] = _create(system, 1)
+    version = _start(system, start_id)["version"]
+    engine = _hooked(system)
+    later = datetime.now(UTC) + timedelta(hours=1)
+    move = starts.reschedule(
+        system.services, ALICE, starts.RescheduleStart(start_id, version, later)
+    )
+    answers = _during_the_engine_start(system, engine, lambda: system.mutations.run(None, move))
+
+    report = dispatch_due(system.services, "runner-a", 500)
+
+    [answer] = answers
+    assert not isinstance(answer, Exception), answer
+    assert (answer.status, answer.body["state"]) == (200, "scheduled")
+    assert report.dispatched == []
+    start = _start(system, start_id)
+    assert start["state"] == "scheduled"
+    assert start["version"] == version + 1
+    assert engine.terminated == []  # a later dispatch takes the run over
