@@ -572,14 +572,15 @@ def test_sync_records_what_only_temporal_saw(harness: Harness) -> None:
     failed = h.run(boom)
     assert failed.state is RunState.FAILED
     assert failed.error is not None
+    assert failed.error["code"] == "workflow_error"
     assert failed.error["type"] == "RuntimeError"
     assert "exploded on purpose" in failed.error["message"]
     timed_out = h.run(slow)
     assert timed_out.state is RunState.TIMED_OUT
-    assert timed_out.error == {"reason": "execution timeout of 1 s exceeded"}
+    assert timed_out.error == {"code": "timed_out", "message": "execution timeout of 1 s exceeded"}
     terminated = h.run(hung)
     assert terminated.state is RunState.TERMINATED
-    assert terminated.error == {"reason": "operator in the Temporal UI"}
+    assert terminated.error == {"code": "terminated", "message": "operator in the Temporal UI"}
 
     # Temporal's terminate also reached the body: it stopped ticking.
     assert body_stops(tick, terminated_at) < 3

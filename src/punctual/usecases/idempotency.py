@@ -47,6 +47,10 @@ class Outcome:
     replayed: bool = False
     recorded_body: Any = None
     """What a replay answers instead of ``body`` (a token's secret is shown only once)."""
+    after_commit: Callable[[], None] | None = None
+    """Runs once the mutation committed, on a thread of its own: the answer never waits
+    for it and its failure changes nothing recorded (an engine call that follows the
+    store change, FT-6; whatever it misses is retried by the runner)."""
 
 
 class RecordedError(Exception):
@@ -83,6 +87,7 @@ class MutationRunner:
         self._error_status = error_status
         self._error_body = error_body
         self._pool = ThreadPoolExecutor(max_workers=threads, thread_name_prefix="mutation")
+        self._followers = ThreadPoolExecutor(max_workers=4, thread_name_prefix="after-commit")
 
     @property
     def _wait(self) -> float:
@@ -173,6 +178,8 @@ class MutationRunner:
                 self._release(request, owner)
             raise
         services.on_due_change()
+        if outcome.after_commit is not None:
+            self._followers.submit(outcome.after_commit)
         return outcome
 
     def _finish(
@@ -217,3 +224,4 @@ class MutationRunner:
 
     def close(self) -> None:
         self._pool.shutdown(wait=True, cancel_futures=False)
+        self._followers.shutdown(wait=True, cancel_futures=True)  # the runner re-sends

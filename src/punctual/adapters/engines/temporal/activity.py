@@ -10,14 +10,22 @@ turns it into a body running in one of the worker's child processes (the local e
    start ended without dispatching);
 2. a run the store has already finished is not started again (a retried attempt after
    a worker died just after recording its outcome);
-3. decrypt, record ``running`` with Temporal's attempt number, submit to a free slot;
+3. decrypt, record ``running`` with Temporal's attempt number, submit to a free slot.
+   Input this worker cannot read fails that run alone (FT-1): a ciphertext that fails
+   authentication ends it ``failed`` (``input_undecryptable``) at once; a key id this
+   worker does not hold fails the attempt retryably (``input_key_unknown``), so Temporal
+   retries it with backoff, perhaps on a worker that holds the key, and the run fails
+   with that code once the attempts are exhausted. An attempt older than one the store
+   has recorded does not run the body;
 4. supervise: heartbeat Temporal, which is how its cancellation (cooperative: the body
    sees ``ctx.cancel_requested``) and termination (the body is killed) arrive; and watch
    the run in the store, so a terminate recorded there kills the body even before
    Temporal's word arrives. Cancel is left to Temporal alone, so that a canceled body
    ends the Temporal execution ``CANCELED`` too;
 5. record the outcome in the store (the fast path; the sync is the backstop) and answer
-   Temporal with the result, or a typed ``ApplicationError`` the sync maps back.
+   Temporal with the result, or a typed ``ApplicationError`` the sync maps back. An
+   outcome the store refuses (FT-3) ends the run ``failed`` with ``result_not_storable``
+   in both, and is never a reason to run the body again (the failure is non-retryable).
 """
 
 from __future__ import annotations
@@ -33,10 +41,21 @@ from temporalio import activity
 from temporalio.exceptions import ApplicationError, ApplicationErrorCategory
 
 from punctual.adapters.engines.local.executor import Assignment, Outcome, SlotPool
-from punctual.adapters.engines.temporal.ledger import RunLedger, RunRecord
-from punctual.adapters.engines.temporal.messages import ACTIVITY_TYPE, FailureType, RunArgs
-from punctual.domain.runs import RunState
+from punctual.adapters.engines.temporal.ledger import (
+    OutcomeRefused,
+    RunLedger,
+    RunRecord,
+    unstorable_error,
+)
+from punctual.adapters.engines.temporal.messages import (
+    ACTIVITY_TYPE,
+    FailureType,
+    RunArgs,
+    coded_error,
+)
+from punctual.domain.runs import RunErrorCode, RunState, run_error
 from punctual.errors import ConfigurationError, Unavailable
+from punctual.ports.codec import InputKeyUnknown, InputUndecryptable
 from punctual.ports.events import Event
 from punctual.usecases.context import Services
 
@@ -57,6 +76,20 @@ _FAILURE_OF_STATE = {
     "timed_out": FailureType.TIMED_OUT,
     "terminated": FailureType.TERMINATED,
 }
+_ERROR_OF_STATE = {
+    "failed": RunErrorCode.WORKFLOW_ERROR,
+    "canceled": RunErrorCode.CANCELED,
+    "timed_out": RunErrorCode.TIMED_OUT,
+    "terminated": RunErrorCode.TERMINATED,
+}
+
+
+def coded_outcome_error(state: str, error: dict[str, Any] | None) -> dict[str, Any] | None:
+    """A body's outcome error in the stored shape, whatever shape the executor gave it."""
+    if state == RunState.COMPLETED.value:
+        return None
+    code = _ERROR_OF_STATE.get(state, RunErrorCode.WORKFLOW_ERROR)
+    return coded_error(code.value, error or {})
 
 
 class RunExecutor:
@@ -87,11 +120,14 @@ class RunExecutor:
         record = await self._wait_for_record(args)
         if not record.active:
             return self._already_ended(record)
-        payload = await self._decrypt(record, attempt)
+        payload = await self._decrypt(record, attempt, args.max_attempts)
         if not await self._mark_running(record, attempt):
-            # Ended in the store since we read it (canceled while still pending).
             ended = await asyncio.to_thread(self._ledger.load, record.id)
-            return self._already_ended(ended or record)
+            current_record = ended or record
+            if current_record.active:
+                self._superseded(record.id, attempt, current_record.attempts)
+            # Ended in the store since we read it (canceled while still pending).
+            return self._already_ended(current_record)
         self._attempts[record.id] = attempt  # an older attempt still here no longer records
         try:
             outcome, canceled_by_temporal = await self._run_body(record, attempt, payload)
@@ -99,24 +135,82 @@ class RunExecutor:
             current = self._attempts.get(record.id) == attempt
             if current:
                 del self._attempts[record.id]
+        error = coded_outcome_error(outcome.state, outcome.error)
         if current:
             state = RunState(outcome.state)
-            await self._record(record, attempt, state, outcome.result, outcome.error)
-        return self._answer(outcome, canceled_by_temporal)
+            if not await self._record(record, attempt, state, outcome.result, error):
+                self._unstorable(record.id)
+        return self._answer(outcome.state, outcome.result, error, canceled_by_temporal)
 
     # ---- steps -----------------------------------------------------------------------
 
-    async def _decrypt(self, record: RunRecord, attempt: int) -> Any:
+    async def _decrypt(self, record: RunRecord, attempt: int, max_attempts: int) -> Any:
+        """The clear input, or this run's failure alone (FT-1); never a worker-wide one."""
+        codec = self._services.codec
+        key_id = record.input.key_id
         try:
-            return await asyncio.to_thread(
-                self._services.codec.decrypt, record.input, record.tenant
-            )
-        except ConfigurationError as exc:  # its key left the key ring
-            error = {"type": "InputUndecryptable", "message": str(exc), "traceback": ""}
+            if key_id not in codec.key_ids():
+                raise InputKeyUnknown(f"codec key {key_id!r} is not in the key ring")
+            return await asyncio.to_thread(codec.decrypt, record.input, record.tenant)
+        except InputUndecryptable:
+            pass  # below: failed authentication
+        except ConfigurationError:  # InputKeyUnknown: the key is not in this ring
+            await self._key_unknown(record, attempt, max_attempts)
+        except Exception:
+            pass  # below: what it sealed is not readable input either
+        # No key and no retry can read it: this run fails, alone and for good.
+        message = (
+            f"the input of run {record.id} cannot be decrypted with key {key_id!r}: it "
+            "failed authentication (damaged, or not encrypted for this tenant)"
+        )
+        error = run_error(RunErrorCode.INPUT_UNDECRYPTABLE, message, key_id=key_id)
+        await self._record(record, attempt, RunState.FAILED, None, error)
+        log.warning("event=run_input_undecryptable run=%s key=%s", record.id, key_id)
+        raise ApplicationError(message, error, type=FailureType.FAILED, non_retryable=True)
+
+    async def _key_unknown(self, record: RunRecord, attempt: int, max_attempts: int) -> None:
+        """Retryable: another worker (or this one after a key ring reload) may hold the key;
+        Temporal retries with backoff, and the last attempt fails the run."""
+        key_id = record.input.key_id
+        message = (
+            f"this worker does not hold codec key {key_id!r} of run {record.id}'s input; add "
+            "the key to every worker's key ring"
+        )
+        error = run_error(RunErrorCode.INPUT_KEY_UNKNOWN, message, key_id=key_id)
+        last = attempt >= max_attempts
+        if last:
             await self._record(record, attempt, RunState.FAILED, None, error)
-            raise ApplicationError(
-                str(exc), error, type=FailureType.FAILED, non_retryable=True
-            ) from None
+        log.warning(
+            "event=run_input_key_unknown run=%s key=%s attempt=%d last=%s",
+            record.id,
+            key_id,
+            attempt,
+            last,
+        )
+        raise ApplicationError(
+            message, error, type=FailureType.INPUT_KEY_UNKNOWN, non_retryable=last
+        ) from None
+
+    @staticmethod
+    def _superseded(run_id: str, attempt: int, recorded: int) -> None:
+        """A later attempt of this run was recorded: Temporal gave up on this one."""
+        raise ApplicationError(
+            f"attempt {attempt} of run {run_id} was superseded by attempt {recorded}; its "
+            "body is not run",
+            type=FailureType.WORKER_SHUTDOWN,
+        )
+
+    @staticmethod
+    def _unstorable(run_id: str) -> None:
+        """The store refused the outcome: the run ends ``failed`` in Temporal too, for good."""
+        error = unstorable_error(run_id)
+        raise ApplicationError(
+            error["message"],
+            error,
+            type=FailureType.FAILED,
+            non_retryable=True,
+            category=ApplicationErrorCategory.BENIGN,
+        )
 
     async def _mark_running(self, record: RunRecord, attempt: int) -> bool:
         """Running from here on, like a local worker's claim: a cancel now reaches the body
@@ -184,7 +278,7 @@ class RunExecutor:
         message = f"run {args.run_id} was started in Temporal but never recorded {why}"
         raise ApplicationError(
             message,
-            {"type": "NotRecorded", "message": message},
+            run_error(RunErrorCode.ENGINE_EXECUTION_LOST, message),
             type=FailureType.NOT_RECORDED,
             non_retryable=True,
         )
@@ -196,9 +290,10 @@ class RunExecutor:
         if record.state is RunState.COMPLETED:
             return record.result
         message = f"run {record.id} had already ended {record.state.value}; not run again"
+        code = _ERROR_OF_STATE.get(record.state.value, RunErrorCode.WORKFLOW_ERROR)
         raise ApplicationError(
             message,
-            record.error or {"reason": message},
+            coded_error(code.value, record.error or {}, message),
             type=_FAILURE_OF_STATE.get(record.state.value, FailureType.FAILED),
             non_retryable=True,
             category=ApplicationErrorCategory.BENIGN,
@@ -268,14 +363,16 @@ class RunExecutor:
             self._pool.terminate(run_id)
 
     @staticmethod
-    def _answer(outcome: Outcome, canceled_by_temporal: bool) -> Any:
-        error = outcome.error or {}
-        if outcome.state == "completed":
-            return outcome.result
-        if outcome.state == "canceled" and canceled_by_temporal:
-            raise asyncio.CancelledError(error.get("reason", "canceled"))
-        failure_type = _FAILURE_OF_STATE[outcome.state]
-        message = str(error.get("message") or error.get("reason") or outcome.state)
+    def _answer(
+        state: str, result: Any, error: dict[str, Any] | None, canceled_by_temporal: bool
+    ) -> Any:
+        if state == "completed":
+            return result
+        error = error or {}
+        if state == "canceled" and canceled_by_temporal:
+            raise asyncio.CancelledError(error.get("message", "canceled"))
+        failure_type = _FAILURE_OF_STATE[state]
+        message = str(error.get("message") or state)
         if "type" in error:
             message = f"{error['type']}: {message}"
         # BENIGN: the run's outcome, recorded as such, not a fault of this worker (the SDK
@@ -295,10 +392,22 @@ class RunExecutor:
         state: RunState,
         result: Any,
         error: dict[str, Any] | None,
-    ) -> None:
-        recorded = await self._store(
-            self._ledger.finish, record.id, state, attempt, result, error, self._now()
-        )
+    ) -> bool:
+        """Record the outcome (best effort); False when the store refused it, in which case
+        the run is recorded ``failed`` with ``result_not_storable`` instead (FT-3)."""
+        now = self._now()
+        try:
+            recorded = await self._store(
+                self._ledger.finish, record.id, state, attempt, result, error, now
+            )
+        except OutcomeRefused as exc:
+            log.warning("event=run_result_not_storable run=%s attempt=%d", record.id, attempt)
+            log.debug("the store refused the outcome of run %s", record.id, exc_info=exc)
+            state = RunState.FAILED
+            recorded = await self._store(self._ledger.fail_unstorable, record.id, attempt, now)
+            refused = True
+        else:
+            refused = False
         if recorded:
             self._services.events.emit(
                 Event(f"run.{state.value}", record.tenant, record.id, {"attempt": attempt})
@@ -306,6 +415,7 @@ class RunExecutor:
         log.info(
             "event=run_%s run=%s attempt=%d recorded=%s", state.value, record.id, attempt, recorded
         )
+        return not refused
 
     async def _store(self, call: Callable[..., Any], *args: Any) -> bool:
         """A best-effort store write: the sync records from Temporal what this one missed."""

@@ -31,7 +31,7 @@ import socket
 import threading
 import time
 from collections.abc import Awaitable, Callable, Coroutine, Mapping, Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from datetime import UTC, datetime, timedelta
 from typing import Any, Literal, TypeVar
 
@@ -43,10 +43,13 @@ from temporalio.exceptions import ApplicationError, TemporalError, WorkflowAlrea
 from temporalio.service import RetryConfig, RPCError, RPCStatusCode
 
 from punctual.adapters.engines.temporal.messages import (
+    RUN_ERROR_OF_FAILURE,
     RUN_STATE_OF_FAILURE,
     WORKFLOW_TYPE,
     RunArgs,
+    coded_error,
 )
+from punctual.domain.runs import RunErrorCode, run_error
 from punctual.ports.clock import Clock
 from punctual.ports.engine import EngineUnavailable, RunOrder
 from punctual.ports.store import Store
@@ -90,6 +93,8 @@ class Observation:
     result: Any = None
     error: dict[str, Any] | None = None
     ended_at: datetime | None = None
+    cancel_acknowledged: bool = False
+    """Temporal has recorded a cancel request for the (still open) execution."""
 
 
 class LoopThread:
@@ -170,7 +175,12 @@ class TemporalEngine:
         """Nothing to wake: Temporal pushes the work to the workers' pollers."""
 
     def cancel(self, tenant: str, run_id: str) -> None:
-        """Request Temporal cancellation; the body sees it through its RunContext (WF-5)."""
+        """Request Temporal cancellation; the body sees it through its RunContext (WF-5).
+
+        Idempotent: Temporal records one cancel request per execution, and a closed or
+        unknown execution has nothing left to cancel. The run use case calls this after
+        its store change committed; while Temporal is down, the sync sends it again
+        (``sync.sync_runs``) until Temporal has it (FT-6)."""
 
         async def cancel(client: Client) -> None:
             try:
@@ -183,7 +193,10 @@ class TemporalEngine:
         self._call(cancel, f"canceling run {run_id}")
 
     def terminate(self, tenant: str, run_id: str) -> None:
-        """Terminate the execution; the worker kills the body when Temporal tells it."""
+        """Terminate the execution; the worker kills the body when Temporal tells it.
+
+        Idempotent; sent again by the sync for a run the store recorded ``terminated``
+        while its execution is still open (FT-6)."""
 
         async def terminate(client: Client) -> None:
             try:
@@ -227,6 +240,19 @@ class TemporalEngine:
 
         found = self._call(observe_all, f"describing {len(run_ids)} run(s)", len(run_ids))
         return {observation.run_id: observation for observation in found}
+
+    def open_executions(self, limit: int) -> list[str]:
+        """Run ids of open ``punctual.run`` executions, as Temporal's visibility lists them
+        (it may lag a moment behind); at most ``limit``."""
+        query = f"WorkflowType = '{WORKFLOW_TYPE}' AND ExecutionStatus = 'Running'"
+
+        async def listing(client: Client) -> list[str]:
+            found = client.list_workflows(
+                query, limit=limit, page_size=min(limit, 1000), rpc_timeout=self._rpc_timeout
+            )
+            return [execution.id async for execution in found]
+
+        return self._call(listing, "listing open executions", max(1, limit // 1000))
 
     def close(self) -> None:
         if self._closed:
@@ -336,7 +362,13 @@ class TemporalEngine:
                 return Observation(run_id, "missing")
             raise
         if description.status == WorkflowExecutionStatus.RUNNING:
-            return _running(run_id, description.raw_description.pending_activities)
+            raw = description.raw_description
+            observed = _running(run_id, raw.pending_activities)
+            acknowledged = raw.workflow_extended_info.cancel_requested or any(
+                a.state == PendingActivityState.PENDING_ACTIVITY_STATE_CANCEL_REQUESTED
+                for a in raw.pending_activities
+            )
+            return replace(observed, cancel_acknowledged=acknowledged)
         history = await handle.fetch_history(rpc_timeout=self._rpc_timeout)
         return await _closed(client, run_id, history.events)
 
@@ -389,28 +421,32 @@ async def _closed(client: Client, run_id: str, events: Sequence[HistoryEvent]) -
         state, error = _failure(failure)
         return Observation(run_id, state, attempts, None, error, ended_at)
     if last.HasField("workflow_execution_canceled_event_attributes"):
-        error = {"reason": "canceled on request"}
+        error = run_error(RunErrorCode.CANCELED, "canceled on request")
         return Observation(run_id, "canceled", attempts, None, error, ended_at)
     if last.HasField("workflow_execution_terminated_event_attributes"):
         reason = last.workflow_execution_terminated_event_attributes.reason
-        error = {"reason": reason or "terminated in Temporal"}
+        error = run_error(RunErrorCode.TERMINATED, reason or "terminated in Temporal")
         return Observation(run_id, "terminated", attempts, None, error, ended_at)
     if last.HasField("workflow_execution_timed_out_event_attributes"):
-        error = {"reason": "the Temporal workflow execution timed out"}
+        error = run_error(RunErrorCode.TIMED_OUT, "the Temporal workflow execution timed out")
         return Observation(run_id, "timed_out", attempts, None, error, ended_at)
-    error = {
-        "type": "UnexpectedClose",
-        "message": f"the Temporal execution closed with event {last.event_type}",
-    }
+    # Continued as new or reset outside punctual: this execution's outcome is gone.
+    error = run_error(
+        RunErrorCode.ENGINE_EXECUTION_LOST,
+        f"the Temporal execution closed with event {last.event_type}, which punctual does "
+        "not produce; its outcome is lost",
+    )
     return Observation(run_id, "failed", attempts, None, error, ended_at)
 
 
 def _failure(failure: BaseException) -> tuple[ObservedState, dict[str, Any]]:
     """A failed execution's run state and error, from the typed failure the workflow raised."""
     if not isinstance(failure, ApplicationError):
-        return "failed", {"type": type(failure).__name__, "message": str(failure)}
+        kind = type(failure).__name__
+        return "failed", run_error(RunErrorCode.WORKFLOW_ERROR, str(failure), type=kind)
     state = _STATE_OF_FAILURE.get(failure.type or "", "failed")
+    code = RUN_ERROR_OF_FAILURE.get(failure.type or "", RunErrorCode.WORKFLOW_ERROR.value)
     detail = failure.details[0] if failure.details else None
     if isinstance(detail, dict):
-        return state, {str(key): value for key, value in detail.items()}
-    return state, {"type": failure.type or "ApplicationError", "message": failure.message}
+        return state, coded_error(code, {str(key): value for key, value in detail.items()})
+    return state, coded_error(code, {"type": failure.type or "ApplicationError"}, failure.message)

@@ -10,7 +10,13 @@ SQL store's ``runs`` table, inside the store's own transactions.
 Every update is guarded to runs that are still ``pending`` or ``running``: a terminal
 state (a terminate recorded by the run use case, a timeout by the reaper, an outcome the
 worker already wrote) is never overwritten, so the worker's fast path and the sync can
-both write and converge (WF-5, WF-8).
+both write and converge (WF-5, WF-8). Updates are guarded by attempt too: once attempt
+N+1 of a run has been recorded, attempt N (a worker Temporal gave up on that lives on)
+can neither mark the run running nor record its outcome.
+
+An outcome the store refuses deterministically (``OutcomeRefused``: a value the database
+cannot hold) is never a reason to run the body again: the caller records the run
+``failed`` with ``result_not_storable`` through ``fail_unstorable`` instead (FT-3).
 
 Temporal runs are marked ``claimed_by = 'temporal'`` once they run, with no lease: the
 local reaper's lease recovery (``release_lost``) never touches them, since Temporal
@@ -27,8 +33,8 @@ import sqlalchemy as sa
 
 from punctual.adapters.stores.sql import tables as t
 from punctual.adapters.stores.sql.store import SqlTx
-from punctual.domain.runs import RunState
-from punctual.errors import ConfigurationError
+from punctual.domain.runs import RunErrorCode, RunState, run_error
+from punctual.errors import ConfigurationError, Unavailable
 from punctual.ports.records import EncryptedInput
 from punctual.ports.store import Store, Tx
 
@@ -36,7 +42,35 @@ TEMPORAL_CLAIM = "temporal"
 """``claimed_by`` of a run that Temporal executes (it holds no store lease)."""
 
 _ACTIVE = (RunState.PENDING.value, RunState.RUNNING.value)
+_IDS_PER_QUERY = 500
+"""Bound of one ``IN (...)`` list (SQLite limits the parameters of a statement)."""
 _r = t.runs.c
+
+
+class OutcomeRefused(Exception):
+    """The store refused to record a run's outcome for a reason retrying cannot change."""
+
+    def __init__(self, run_id: str, cause: BaseException) -> None:
+        super().__init__(f"the store refused the outcome of run {run_id} ({type(cause).__name__})")
+        self.run_id = run_id
+
+
+def unstorable_error(run_id: str) -> dict[str, Any]:
+    """The error of a run whose outcome the store refused (its values are not repeated)."""
+    return run_error(
+        RunErrorCode.RESULT_NOT_STORABLE,
+        f"the store refused the result or error of run {run_id}; the body is not run "
+        "again (a value the database cannot hold?)",
+    )
+
+
+@dataclass(frozen=True)
+class RunSignal:
+    """What the store asks of a run's execution: its state and whether cancel is asked."""
+
+    tenant: str
+    state: RunState
+    cancel_requested: bool
 
 
 @dataclass(frozen=True)
@@ -77,8 +111,12 @@ class RunLedger(Protocol):
     def flags(self, run_id: str) -> tuple[RunState, bool] | None:
         """(state, cancel_requested) of a run."""
 
+    def signals(self, run_ids: list[str]) -> dict[str, RunSignal]:
+        """State and cancel request of each run of ``run_ids`` the store knows."""
+
     def mark_running(self, run_id: str, attempts: int, now: datetime) -> bool:
-        """``running`` with at least ``attempts``; False unless the run is still active."""
+        """``running`` with at least ``attempts``; False unless the run is still active and
+        no later attempt than ``attempts`` was recorded."""
 
     def finish(
         self,
@@ -89,7 +127,12 @@ class RunLedger(Protocol):
         error: dict[str, Any] | None,
         now: datetime,
     ) -> bool:
-        """Record the outcome; False (and no change) unless the run is still active."""
+        """Record the outcome of attempt ``attempts``; False (and no change) unless the run
+        is still active and no later attempt was recorded. Raises ``OutcomeRefused`` when
+        the store refuses the values, ``Unavailable`` when it cannot be reached."""
+
+    def fail_unstorable(self, run_id: str, attempts: int, now: datetime) -> bool:
+        """Record the run ``failed`` with ``result_not_storable`` and no result (FT-3)."""
 
 
 def _conn(tx: Tx) -> sa.Connection:
@@ -123,6 +166,11 @@ def _record(row: sa.RowMapping) -> RunRecord:
 
 def _at_least(attempts: int) -> sa.Case[Any]:
     return sa.case((_r.attempts < attempts, attempts), else_=_r.attempts)
+
+
+def _current(run_id: str, attempts: int) -> list[sa.ColumnElement[bool]]:
+    """Still active, and ``attempts`` is not older than the newest recorded attempt."""
+    return [_r.id == run_id, _r.state.in_(_ACTIVE), _r.attempts <= attempts]
 
 
 class SqlRunLedger:
@@ -163,10 +211,20 @@ class SqlRunLedger:
             row = _conn(tx).execute(query).first()
         return (RunState(row[0]), bool(row[1])) if row is not None else None
 
+    def signals(self, run_ids: list[str]) -> dict[str, RunSignal]:
+        found: dict[str, RunSignal] = {}
+        columns = (_r.id, _r.tenant, _r.state, _r.cancel_requested)
+        with self._store.transaction(readonly=True) as tx:
+            for at in range(0, len(run_ids), _IDS_PER_QUERY):
+                chunk = run_ids[at : at + _IDS_PER_QUERY]
+                for row in _conn(tx).execute(sa.select(*columns).where(_r.id.in_(chunk))):
+                    found[row[0]] = RunSignal(row[1], RunState(row[2]), bool(row[3]))
+        return found
+
     def mark_running(self, run_id: str, attempts: int, now: datetime) -> bool:
         update = (
             sa.update(t.runs)
-            .where(_r.id == run_id, _r.state.in_(_ACTIVE))
+            .where(*_current(run_id, attempts))
             .values(
                 state=RunState.RUNNING.value,
                 attempts=_at_least(attempts),
@@ -187,9 +245,36 @@ class SqlRunLedger:
         error: dict[str, Any] | None,
         now: datetime,
     ) -> bool:
+        try:
+            return self._end(run_id, state, attempts, result, error, now)
+        except Unavailable:
+            raise
+        except sa.exc.OperationalError as exc:  # the store cannot answer now: retry later
+            raise Unavailable(
+                f"the store could not record the outcome of run {run_id} now",
+                code="store_unavailable",
+            ) from exc
+        except sa.exc.SQLAlchemyError as exc:
+            # The values themselves were refused (e.g. a character the database cannot
+            # hold); the same write would be refused again.
+            raise OutcomeRefused(run_id, exc) from exc
+
+    def fail_unstorable(self, run_id: str, attempts: int, now: datetime) -> bool:
+        error = unstorable_error(run_id)
+        return self._end(run_id, RunState.FAILED, attempts, None, error, now)
+
+    def _end(
+        self,
+        run_id: str,
+        state: RunState,
+        attempts: int,
+        result: Any,
+        error: dict[str, Any] | None,
+        now: datetime,
+    ) -> bool:
         update = (
             sa.update(t.runs)
-            .where(_r.id == run_id, _r.state.in_(_ACTIVE))
+            .where(*_current(run_id, attempts))
             .values(
                 state=state.value,
                 attempts=_at_least(attempts),

@@ -1,15 +1,17 @@
 """What crosses the Temporal boundary: type names, failure types and the workflow argument.
 
-Kept to the standard library so the workflow sandbox can pass it through without
-importing anything non-deterministic. The argument carries no input: the activity
-reads the encrypted input from the store by run id, so neither clear text nor
-ciphertext of a run's input ever enters Temporal history (docs/decisions/0003).
+Kept to the standard library (and punctual's pure domain) so the workflow sandbox can
+pass it through without importing anything non-deterministic. The argument carries no
+input: the activity reads the encrypted input from the store by run id, so neither clear
+text nor ciphertext of a run's input ever enters Temporal history (docs/decisions/0003).
 """
 
 from __future__ import annotations
 
 from dataclasses import dataclass
-from typing import Literal
+from typing import Any, Literal
+
+from punctual.domain.runs import RunErrorCode
 
 WORKFLOW_TYPE = "punctual.run"
 """The one Temporal workflow type every punctual run executes as."""
@@ -35,6 +37,8 @@ class FailureType:
     """The dispatch that started the execution never recorded the run (its start ended)."""
     WORKER_SHUTDOWN = "punctual.WorkerShutdown"
     """The worker stopped under the body; retryable, so another worker takes the run."""
+    INPUT_KEY_UNKNOWN = "punctual.InputKeyUnknown"
+    """This worker does not hold the input's key; retryable, another worker may (FT-1)."""
 
 
 FailedRunState = Literal["failed", "canceled", "timed_out", "terminated"]
@@ -47,8 +51,31 @@ RUN_STATE_OF_FAILURE: dict[str, FailedRunState] = {
     FailureType.WORKER_LOST: "failed",
     FailureType.NOT_RECORDED: "failed",
     FailureType.WORKER_SHUTDOWN: "failed",
+    FailureType.INPUT_KEY_UNKNOWN: "failed",
 }
 """Run state for a workflow that failed with one of our types; anything else is ``failed``."""
+
+RUN_ERROR_OF_FAILURE: dict[str, str] = {
+    FailureType.FAILED: RunErrorCode.WORKFLOW_ERROR.value,
+    FailureType.CANCELED: RunErrorCode.CANCELED.value,
+    FailureType.TIMED_OUT: RunErrorCode.TIMED_OUT.value,
+    FailureType.TERMINATED: RunErrorCode.TERMINATED.value,
+    FailureType.WORKER_LOST: RunErrorCode.WORKER_LOST.value,
+    FailureType.NOT_RECORDED: RunErrorCode.ENGINE_EXECUTION_LOST.value,
+    FailureType.WORKER_SHUTDOWN: RunErrorCode.WORKER_LOST.value,
+    FailureType.INPUT_KEY_UNKNOWN: RunErrorCode.INPUT_KEY_UNKNOWN.value,
+}
+"""The run error code a failure type stands for when its details carry no ``code``."""
+
+
+def coded_error(code: str, error: dict[str, Any], message: str | None = None) -> dict[str, Any]:
+    """``error`` in the one stored shape ``{"code", "message", ...}``: kept as it is when it
+    has a code; otherwise ``code`` is added and an older ``reason`` becomes the message."""
+    if "code" in error:
+        return error
+    text = error.get("message") or error.get("reason") or message or code
+    rest = {key: value for key, value in error.items() if key not in ("message", "reason")}
+    return {"code": code, "message": str(text), **rest}
 
 
 @dataclass(frozen=True)

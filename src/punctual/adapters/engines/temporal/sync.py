@@ -13,6 +13,18 @@ It is idempotent and bounded (pages of ``page_size`` runs, a bounded number of c
 flight), so the runner can call it on a timer; ``SyncLoop`` does exactly that in a
 thread. A run Temporal has never heard of is started again when it never ran
 (restoring after an engine outage lost its state, DP-6), or failed when it was running.
+
+Records are handled one by one (FT-1): one whose handling raises is logged and left for
+the next pass, and the rest of the page syncs; an outcome the store refuses (FT-3) ends
+that run ``failed`` with ``result_not_storable``. Only an outage (``Unavailable``) stops
+the pass.
+
+The store changes first and the engine follows (FT-6): run cancel and terminate are
+recorded by the run use case, which then tells Temporal once; when Temporal did not get
+it (it was down), the sync sends it again: ``cancel`` for an active run whose cancel was
+requested and whose execution has not acknowledged it, ``terminate`` (or ``cancel``) for
+an open execution whose run the store already recorded ``terminated`` (or ``canceled``).
+Both calls are idempotent, so sending one twice is harmless.
 """
 
 from __future__ import annotations
@@ -22,8 +34,13 @@ import threading
 from dataclasses import dataclass, field
 
 from punctual.adapters.engines.temporal.engine import Observation, TemporalEngine
-from punctual.adapters.engines.temporal.ledger import RunLedger, RunRecord, SqlRunLedger
-from punctual.domain.runs import RunState
+from punctual.adapters.engines.temporal.ledger import (
+    OutcomeRefused,
+    RunLedger,
+    RunRecord,
+    SqlRunLedger,
+)
+from punctual.domain.runs import RunErrorCode, RunState, run_error
 from punctual.errors import Unavailable
 from punctual.ports.engine import RunOrder
 from punctual.ports.events import Event
@@ -42,6 +59,12 @@ class SyncReport:
     """Pending runs Temporal had no execution for, started again."""
     lost: list[str] = field(default_factory=list)
     """Running runs Temporal had no execution for, recorded failed."""
+    unstorable: list[str] = field(default_factory=list)
+    """Runs whose outcome the store refused, recorded failed (``result_not_storable``)."""
+    signaled: list[str] = field(default_factory=list)
+    """Runs whose cancel or terminate was sent to Temporal again (FT-6)."""
+    skipped: list[str] = field(default_factory=list)
+    """Runs whose handling raised; left for the next pass, the others went on."""
 
 
 def sync_runs(
@@ -50,6 +73,7 @@ def sync_runs(
     *,
     ledger: RunLedger | None = None,
     page_size: int = 200,
+    open_limit: int = 10_000,
 ) -> SyncReport:
     """One pass over every active Temporal run. Raises ``Unavailable`` on outages (the
     store's or, as ``EngineUnavailable``, Temporal's); nothing is lost by a failed pass."""
@@ -68,13 +92,12 @@ def sync_runs(
             observation = observed.get(record.id)
             if observation is None:
                 continue
-            if observation.state == "missing":
-                if record.state is RunState.PENDING and record.attempts == 0:
-                    restart.append(record)
-                else:
-                    _lose(services, ledger, record, report)
+            if observation.state == "missing" and (
+                record.state is RunState.PENDING and record.attempts == 0
+            ):
+                restart.append(record)
                 continue
-            _apply(services, ledger, record, observation, report)
+            _isolated(services, engine, ledger, record, observation, report)
         if restart:
             engine.start([_order(record) for record in restart])
             report.restarted.extend(record.id for record in restart)
@@ -85,7 +108,53 @@ def sync_runs(
             )
         if len(page) < page_size:
             break
+    _resend_ended(engine, ledger, report, open_limit)
     return report
+
+
+def _isolated(
+    services: Services,
+    engine: TemporalEngine,
+    ledger: RunLedger,
+    record: RunRecord,
+    observation: Observation,
+    report: SyncReport,
+) -> None:
+    """Handle one record alone: only an outage stops the pass (FT-1)."""
+    try:
+        if observation.state == "missing":
+            _lose(services, ledger, record, report)
+            return
+        _apply(services, ledger, record, observation, report)
+        if (
+            observation.state in ("pending", "running")
+            and record.cancel_requested
+            and not observation.cancel_acknowledged
+        ):
+            engine.cancel(record.tenant, record.id)
+            report.signaled.append(record.id)
+    except Unavailable:
+        raise
+    except Exception:
+        log.exception("event=temporal_sync_record_failed run=%s", record.id)
+        report.skipped.append(record.id)
+
+
+def _resend_ended(
+    engine: TemporalEngine, ledger: RunLedger, report: SyncReport, limit: int
+) -> None:
+    """Open executions of runs the store already ended terminated or canceled: tell
+    Temporal again (the first call found it down, FT-6)."""
+    open_ids = engine.open_executions(limit)
+    for run_id, signal in ledger.signals(open_ids).items():
+        if signal.state is RunState.TERMINATED:
+            engine.terminate(signal.tenant, run_id)
+        elif signal.state is RunState.CANCELED:
+            engine.cancel(signal.tenant, run_id)
+        else:
+            continue
+        report.signaled.append(run_id)
+        log.info("event=temporal_signal_resent run=%s state=%s", run_id, signal.state.value)
 
 
 def _apply(
@@ -106,7 +175,17 @@ def _apply(
     state = RunState(observation.state)
     ended_at = observation.ended_at or now
     attempts = max(observation.attempts, record.attempts)
-    if ledger.finish(record.id, state, attempts, observation.result, observation.error, ended_at):
+    try:
+        recorded = ledger.finish(
+            record.id, state, attempts, observation.result, observation.error, ended_at
+        )
+    except OutcomeRefused:
+        log.warning("event=run_result_not_storable run=%s attempt=%d", record.id, attempts)
+        state = RunState.FAILED
+        recorded = ledger.fail_unstorable(record.id, attempts, ended_at)
+        if recorded:
+            report.unstorable.append(record.id)
+    if recorded:
         report.finished.append(record.id)
         services.events.emit(
             Event(f"run.{state.value}", record.tenant, record.id, {"attempt": attempts})
@@ -114,13 +193,11 @@ def _apply(
 
 
 def _lose(services: Services, ledger: RunLedger, record: RunRecord, report: SyncReport) -> None:
-    error = {
-        "type": "EngineExecutionLost",
-        "message": (
-            f"Temporal has no execution for run {record.id} although it was running; its "
-            "history was lost (namespace reset or restored from an older backup?)"
-        ),
-    }
+    error = run_error(
+        RunErrorCode.ENGINE_EXECUTION_LOST,
+        f"Temporal has no execution for run {record.id} although it was running; its "
+        "history was lost (namespace reset or restored from an older backup?)",
+    )
     now = services.clock.now()
     if ledger.finish(record.id, RunState.FAILED, record.attempts, None, error, now):
         report.lost.append(record.id)

@@ -233,8 +233,10 @@ class TemporalWorker:
         slots: int = 4,
         heartbeat_seconds: float = 5.0,
         shutdown_grace_seconds: float = 5.0,
+        ledger: RunLedger | None = None,
     ) -> None:
         self.id = new_id("wrk")
+        self._ledger = ledger
         self._args = (services, app_ref, list(task_queues), address, namespace)
         self._options = {
             "slots": slots,
@@ -289,6 +291,7 @@ class TemporalWorker:
                 slots=int(self._options["slots"]),
                 heartbeat_seconds=float(self._options["heartbeat_seconds"]),
                 shutdown_grace_seconds=float(self._options["shutdown_grace_seconds"]),
+                ledger=self._ledger,
                 ready=self._ready,
                 worker_id=self.id,
             )

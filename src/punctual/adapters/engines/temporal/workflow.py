@@ -8,7 +8,8 @@ task queues with priority, retries of lost workers (heartbeat timeout) as new at
 timeouts, cancellation and termination (docs/decisions/0003).
 
 This module is imported inside the workflow sandbox: it must stay deterministic and must
-not start anything at import time. It imports only ``temporalio`` and ``messages``.
+not start anything at import time. It imports only ``temporalio``, ``messages`` and the
+pure ``punctual.domain.runs``.
 """
 
 from __future__ import annotations
@@ -33,6 +34,7 @@ with workflow.unsafe.imports_passed_through():
         FailureType,
         RunArgs,
     )
+    from punctual.domain.runs import RunErrorCode, run_error
 
 START_TO_CLOSE_GRACE = timedelta(seconds=30)
 """Slack on top of the body's own deadline, which the worker enforces by killing the body;
@@ -98,7 +100,10 @@ def punctual_failure(err: ActivityError, args: RunArgs) -> BaseException:
         if cause.type is TimeoutType.SCHEDULE_TO_START:
             reason = f"no worker picked it up within {args.pending_timeout_seconds:g} s"
             return ApplicationError(
-                reason, {"reason": reason}, type=FailureType.TIMED_OUT, non_retryable=True
+                reason,
+                run_error(RunErrorCode.TIMED_OUT, reason),
+                type=FailureType.TIMED_OUT,
+                non_retryable=True,
             )
         if cause.type is TimeoutType.HEARTBEAT:
             message = (
@@ -107,16 +112,22 @@ def punctual_failure(err: ActivityError, args: RunArgs) -> BaseException:
             )
             return ApplicationError(
                 message,
-                {"type": "WorkerLost", "message": message},
+                run_error(RunErrorCode.WORKER_LOST, message),
                 type=FailureType.WORKER_LOST,
                 non_retryable=True,
             )
         reason = f"execution timeout of {args.timeout_seconds:g} s exceeded"
         return ApplicationError(
-            reason, {"reason": reason}, type=FailureType.TIMED_OUT, non_retryable=True
+            reason,
+            run_error(RunErrorCode.TIMED_OUT, reason),
+            type=FailureType.TIMED_OUT,
+            non_retryable=True,
         )
     message = str(cause) if cause is not None else str(err)
     kind = type(cause).__name__ if cause is not None else type(err).__name__
     return ApplicationError(
-        message, {"type": kind, "message": message}, type=FailureType.FAILED, non_retryable=True
+        message,
+        run_error(RunErrorCode.WORKFLOW_ERROR, message, type=kind),
+        type=FailureType.FAILED,
+        non_retryable=True,
     )
