@@ -139,7 +139,8 @@ def test_upgrade_head_builds_the_same_indexes_as_the_metadata(
             expected = _index_definitions(reference)
         finally:
             reference.dispose()
-    assert {"ix_starts_due", "ix_runs_pending", "ix_runs_active"} <= set(expected)
+    partial = {"ix_starts_due", "ix_runs_pending", "ix_runs_active", "uq_definitions_active_name"}
+    assert partial <= set(expected)
     assert _index_definitions(empty_store) == expected
 
 
@@ -264,4 +265,39 @@ def test_0004_moves_schedule_bookkeeping_into_its_own_table(
     assert found["sch_fired"].last_status == "completed"
     never = found["sch_never"]
     assert (never.last_fired_at, never.last_run_id, never.last_status) == (None, None, None)
+    assert _differences(empty_store) == []
+
+
+def test_0007_leaves_the_first_registered_version_of_a_name_active(
+    empty_store: SqlStore,
+) -> None:
+    """Names that a registration race left with two active versions keep the first one
+    active; the others become deprecated, so the unique index can be built."""
+    with empty_store.engine.begin() as conn:
+        conn.info["readonly"] = False
+        command.upgrade(migrate._config(conn), "0006")
+    at = datetime(2026, 12, 1, 12, 0, tzinfo=UTC)
+    with empty_store.engine.begin() as conn:
+        definitions = sa.Table("definitions", sa.MetaData(), autoload_with=conn)
+        common = {"artifact": "a", "input_schema": {}, "execution_timeout_seconds": 60.0}
+        conn.execute(
+            definitions.insert(),
+            [
+                dict(common, name="raced", version="1", state="active", created_at=at),
+                dict(common, name="raced", version="2", state="active", created_at=at),
+                dict(common, name="raced", version="0", state="retired", created_at=at),
+                dict(common, name="calm", version="1", state="active", created_at=at),
+            ],
+        )
+
+    migrate.upgrade(empty_store)
+
+    with empty_store.transaction(readonly=True) as tx:
+        states = {(d.name, d.version): d.state for _, d in tx.definitions.find()}
+    assert states == {
+        ("raced", "1"): "active",
+        ("raced", "2"): "deprecated",
+        ("raced", "0"): "retired",
+        ("calm", "1"): "active",
+    }
     assert _differences(empty_store) == []

@@ -240,6 +240,9 @@ class CursorMove:
     schedule_id: str
     cursor: datetime
     next_fire_at: datetime | None
+    planned_version: int | None = None
+    """The schedule version the plan was made from; the move applies only at it (None:
+    unconditionally, for bookkeeping outside a pass)."""
 
 
 @dataclass(frozen=True)

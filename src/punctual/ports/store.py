@@ -308,7 +308,8 @@ class Runs(Protocol):
 
 class Schedules(Protocol):
     def insert(self, new: NewSchedule, now: datetime) -> Schedule:
-        """A new schedule is at version 1, revision 1."""
+        """A new schedule is at version 1, revision 1. A name another live schedule of the
+        tenant has must raise ``Conflict`` ``name_taken`` (also from ``compare_and_set``)."""
 
     def get(
         self, tenant: str, schedule_id: str, *, lock: bool = False, deleted: bool = False
@@ -318,6 +319,10 @@ class Schedules(Protocol):
     def name_taken(self, tenant: str, name: str, other_than: str | None = None) -> bool: ...
 
     def count_live(self, tenant: str) -> int: ...
+
+    def lock_for_create(self, tenant: str) -> None:
+        """Until commit, other creates of ``tenant``'s schedules must wait, so that a count
+        and a name check followed by an insert are exact across processes."""
 
     def find(self, tenant: str, after_seq: int, limit: int) -> list[tuple[int, Schedule]]: ...
 
@@ -341,8 +346,10 @@ class Schedules(Protocol):
         """Lock enabled schedules due by ``horizon`` until commit, earliest first;
         concurrent passes must skip locked ones (the schedule lock of RS-5)."""
 
-    def move_cursors(self, moves: Sequence[CursorMove]) -> None:
-        """Move many cursors in one statement; bookkeeping, never ``version`` (RS-6)."""
+    def move_cursors(self, moves: Sequence[CursorMove]) -> set[str]:
+        """Move many cursors in one statement; bookkeeping, never ``version`` (RS-6). A
+        move with a ``planned_version`` must skip a schedule no longer at that version (a
+        concurrent edit is never overwritten); returns the ids of the schedules moved."""
 
     def note_status(self, statuses: Mapping[str, str]) -> None:
         """``last_status`` per schedule id (a run of it ended). Bookkeeping never waits for

@@ -38,10 +38,14 @@ def input_problems(definition: Definition, payload: Any) -> list[str]:
 def register_worker(
     services: Services, worker: WorkerRecord, declared: Iterable[DeclaredDefinition]
 ) -> None:
-    """Record a worker and the definitions it loaded; first versions become active (WF-2)."""
+    """Record a worker and the definitions it loaded; first versions become active (WF-2).
+
+    Registration locks each workflow name until commit; names are taken in sorted order
+    so that two workers declaring the same workflows cannot deadlock.
+    """
     now = services.clock.now()
     with services.store.transaction() as tx:
-        for item in declared:
+        for item in sorted(declared, key=lambda d: (d.name, d.version)):
             tx.definitions.register(
                 item.name,
                 item.version,

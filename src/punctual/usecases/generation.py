@@ -35,26 +35,38 @@ def generate(services: Services, budget: int) -> GenerationReport:
     """One pass over due schedules, generating at most ``budget`` occurrences in total.
 
     The pass costs a fixed handful of statements however many schedules it plans: one
-    claim (which also reads each schedule's sealed input), one insert of every row, one
-    update of every cursor.
+    claim (which also reads each schedule's sealed input), one update of every cursor,
+    one insert of every row. A cursor moves only if its schedule is still at the version
+    the plan read, and only the occurrences of moved schedules are written: a plan never
+    outlives an edit of its schedule.
     """
     report = GenerationReport()
     missed_events: list[tuple[Schedule, int]] = []
     now = services.clock.now()
     with services.store.transaction() as tx:
         due = tx.schedules.claim_due_for_generation(now + LOOKAHEAD, budget)
-        rows: list[NewOccurrence] = []
-        moves: list[CursorMove] = []
+        planned: list[tuple[Schedule, EncryptedInput, Plan]] = []
+        remaining = budget
         for claimed in due:
-            schedule = claimed.schedule
-            remaining = budget - report.generated
             if remaining <= 0:
                 break
+            schedule = claimed.schedule
             plan = plan_occurrences(
                 schedule.spec, schedule.policy, schedule.cursor, now, remaining, LOOKAHEAD
             )
-            rows.extend(_rows(schedule, claimed.input, plan, now))
-            moves.append(CursorMove(schedule.id, plan.cursor, plan.next_fire_at))
+            planned.append((schedule, claimed.input, plan))
+            remaining -= len(plan.occurrences)
+        moved = tx.schedules.move_cursors(
+            [
+                CursorMove(schedule.id, plan.cursor, plan.next_fire_at, schedule.version)
+                for schedule, _, plan in planned
+            ]
+        )
+        rows: list[NewOccurrence] = []
+        for schedule, encrypted, plan in planned:
+            if schedule.id not in moved:
+                continue
+            rows.extend(_rows(schedule, encrypted, plan, now))
             report.schedules += 1
             report.generated += len(plan.occurrences)
             report.missed += plan.missed.count if plan.missed else 0
@@ -62,7 +74,6 @@ def generate(services: Services, budget: int) -> GenerationReport:
             if plan.missed is not None:
                 missed_events.append((schedule, plan.missed.count))
         tx.starts.insert_occurrences(rows, now)
-        tx.schedules.move_cursors(moves)
         if report.generated:
             services.crash_point("during_generation")
     if report.generated:

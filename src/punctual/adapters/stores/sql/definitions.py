@@ -8,13 +8,18 @@ from typing import Any
 import sqlalchemy as sa
 
 from punctual.adapters.stores.sql import tables as t
-from punctual.adapters.stores.sql.dialects import insert_ignore
+from punctual.adapters.stores.sql.dialects import insert_ignore, lock_name
 from punctual.adapters.stores.sql.rows import definition_from_row
 from punctual.domain.runs import Definition, DefinitionState
 from punctual.ports.records import WorkerRecord
 
 _d = t.definitions.c
 _w = t.workers.c
+
+
+def _lock_workflow(conn: sa.Connection, name: str) -> None:
+    """Serialize the decisions that make a version of ``name`` active."""
+    lock_name(conn, f"punctual.definition:{name}")
 
 
 class SqlDefinitions:
@@ -33,8 +38,11 @@ class SqlDefinitions:
         """Insert the version if new; it becomes active when it is the name's first version.
 
         An existing version keeps its state and artifact: a worker restarting must not
-        silently re-activate a retired version or rewrite history.
+        silently re-activate a retired version or rewrite history. Concurrent registrants
+        of one name queue on the name's lock, so the second sees the first's version and
+        registers its own as not active (one active version per name).
         """
+        _lock_workflow(self._conn, name)
         first = (
             self._conn.execute(sa.select(sa.func.count()).where(_d.name == name)).scalar_one() == 0
         )
@@ -76,6 +84,7 @@ class SqlDefinitions:
         return [(r["seq"], definition_from_row(r)) for r in self._conn.execute(query).mappings()]
 
     def set_state(self, name: str, version: str, state: DefinitionState) -> None:
+        _lock_workflow(self._conn, name)
         if state is DefinitionState.ACTIVE:
             # Zero or one active version per name: the previous one steps down.
             self._conn.execute(

@@ -210,13 +210,48 @@ def claimable(select: sa.Select[Any], conn: sa.Connection) -> sa.ScalarSelect[An
 
 
 def for_update(
-    select: sa.Select[Any], conn: sa.Connection, *, of: sa.Table | None = None
+    select: sa.Select[Any],
+    conn: sa.Connection,
+    *,
+    of: sa.Table | None = None,
+    skip_locked: bool = False,
 ) -> sa.Select[Any]:
     """Lock the selected rows (of table ``of`` only, in a join) until commit; SQLite's
-    write lock already serializes."""
+    write lock already serializes.
+
+    The rows such a select returns are the versions it locked: a row changed by a
+    transaction that committed after the statement began is returned as changed, unlike
+    a row read through an ``IN (locking subquery)``, which comes from the statement's
+    older snapshot.
+    """
     if conn.dialect.name == "postgresql":
-        return select.with_for_update(of=of)
+        return select.with_for_update(of=of, skip_locked=skip_locked)
     return select
+
+
+def lock_name(conn: sa.Connection, name: str) -> None:
+    """Hold a lock on ``name`` until this transaction ends, so that check-then-write
+    decisions about one name (a tenant's schedule count, a workflow's active version)
+    are taken one at a time across processes (PostgreSQL: a transaction-scoped advisory
+    lock, bounded by ``lock_timeout``). SQLite's write lock already serializes writers."""
+    if conn.dialect.name == "postgresql":
+        conn.execute(
+            sa.text("SELECT pg_advisory_xact_lock(hashtextextended(:name, 0))"), {"name": name}
+        )
+
+
+def is_unique_violation(error: sa.exc.IntegrityError, index: sa.Index) -> bool:
+    """The insert or update broke the unique ``index`` (and not another constraint)."""
+    orig = error.orig
+    if orig is None:
+        return False
+    diag = getattr(orig, "diag", None)
+    if diag is not None:  # psycopg names the index that refused the row
+        return bool(getattr(diag, "constraint_name", None) == index.name)
+    table = index.table
+    assert table is not None
+    columns = ", ".join(f"{table.name}.{column.name}" for column in index.columns)
+    return str(orig) == f"UNIQUE constraint failed: {columns}"
 
 
 def set_lock_timeout(conn: sa.Connection, seconds: float) -> None:

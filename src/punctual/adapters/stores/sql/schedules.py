@@ -10,7 +10,13 @@ import sqlalchemy as sa
 from sqlalchemy.engine import RowMapping
 
 from punctual.adapters.stores.sql import tables as t
-from punctual.adapters.stores.sql.dialects import claimable, for_update, update_many, upsert
+from punctual.adapters.stores.sql.dialects import (
+    for_update,
+    is_unique_violation,
+    lock_name,
+    update_many,
+    upsert,
+)
 from punctual.domain.schedules import (
     MissedPolicy,
     OverlapPolicy,
@@ -20,10 +26,20 @@ from punctual.domain.schedules import (
     spec_from_json,
     spec_to_json,
 )
+from punctual.errors import Conflict
 from punctual.ports.records import CursorMove, DueSchedule, EncryptedInput, Fired, NewSchedule
 
 _c = t.schedules.c
 _st = t.schedule_status.c
+_LIVE_NAME = next(index for index in t.schedules.indexes if index.name == "uq_schedules_live_name")
+
+
+def _name_taken() -> Conflict:
+    return Conflict(
+        "a live schedule of this tenant already has this name; choose another name or edit "
+        "that schedule",
+        code="name_taken",
+    )
 
 
 def _with_status() -> sa.Select[Any]:
@@ -83,7 +99,9 @@ class SqlSchedules:
         self._conn = conn
 
     def insert(self, new: NewSchedule, now: datetime) -> Schedule:
-        self._conn.execute(
+        """Raises ``Conflict`` ``name_taken`` when a concurrent create or rename took the
+        name after the caller checked it (the unique index is the last word)."""
+        self._execute_naming(
             sa.insert(t.schedules).values(
                 id=new.id,
                 tenant=new.tenant,
@@ -121,6 +139,20 @@ class SqlSchedules:
             query = for_update(query, self._conn, of=t.schedules)
         row = self._conn.execute(query).mappings().first()
         return schedule_from_row(row) if row else None
+
+    def _execute_naming(self, statement: sa.Executable) -> sa.CursorResult[Any]:
+        """Run an insert or update that may set a name, mapping a lost race for the name."""
+        try:
+            return self._conn.execute(statement)
+        except sa.exc.IntegrityError as exc:
+            if is_unique_violation(exc, _LIVE_NAME):
+                raise _name_taken() from exc
+            raise
+
+    def lock_for_create(self, tenant: str) -> None:
+        """Creates of one tenant's schedules take turns until commit, so each one's count
+        and name check see every earlier create (exact ``max_schedules`` across processes)."""
+        lock_name(self._conn, f"punctual.schedules:{tenant}")
 
     def name_taken(self, tenant: str, name: str, other_than: str | None = None) -> bool:
         query = sa.select(_c.id).where(
@@ -181,7 +213,7 @@ class SqlSchedules:
             encrypted = changes.pop("input")
             changes.update(input=encrypted.ciphertext, input_key_id=encrypted.key_id)
         status = changes.pop("last_status", None)
-        result = self._conn.execute(
+        result = self._execute_naming(
             sa.update(t.schedules)
             .where(_c.id == schedule_id, _c.version == expected_version)
             .values(version=_c.version + 1, updated_at=now, **changes)
@@ -203,15 +235,18 @@ class SqlSchedules:
 
         The row lock is the schedule lock of RS-5: the caller generates occurrences and
         moves the cursor in this same transaction; other runners skip locked schedules.
+        The lock is taken by the select that returns the rows, so each row is the version
+        that was locked: an edit that committed while the pass was on its way is planned
+        from, never an older snapshot of the row.
         """
         due = (
-            sa.select(_c.id)
+            _with_status()
             .where(_c.enabled, _c.deleted_at.is_(None), _c.next_fire_at <= horizon)
             .order_by(_c.next_fire_at)
             .limit(limit)
         )
         rows = self._conn.execute(
-            _with_status().where(_c.id.in_(claimable(due, self._conn)))
+            for_update(due, self._conn, of=t.schedules, skip_locked=True)
         ).mappings()
         claimed = [
             DueSchedule(schedule_from_row(r), EncryptedInput(r["input_key_id"], r["input"]))
@@ -219,17 +254,37 @@ class SqlSchedules:
         ]
         return sorted(claimed, key=lambda d: d.schedule.next_fire_at or d.schedule.cursor)
 
-    def move_cursors(self, moves: Sequence[CursorMove]) -> None:
-        update_many(
+    def move_cursors(self, moves: Sequence[CursorMove]) -> set[str]:
+        """Moves with a ``planned_version`` apply only while the schedule is still at it,
+        so a plan never overwrites an edit; returns the ids of the schedules moved."""
+        planned = [m for m in moves if m.planned_version is not None]
+        unconditional = [m for m in moves if m.planned_version is None]
+        moved = update_many(
+            self._conn,
+            t.schedules,
+            [
+                {
+                    "id": m.schedule_id,
+                    "version": m.planned_version,
+                    "cursor": m.cursor,
+                    "next_fire_at": m.next_fire_at,
+                }
+                for m in planned
+            ],
+            match=["id", "version"],
+            columns=["cursor", "next_fire_at"],
+        )
+        moved |= update_many(
             self._conn,
             t.schedules,
             [
                 {"id": m.schedule_id, "cursor": m.cursor, "next_fire_at": m.next_fire_at}
-                for m in moves
+                for m in unconditional
             ],
             match=["id"],
             columns=["cursor", "next_fire_at"],
         )
+        return moved
 
     def note_status(self, statuses: Mapping[str, str]) -> None:
         upsert(

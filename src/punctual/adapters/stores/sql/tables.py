@@ -93,6 +93,15 @@ definitions = sa.Table(
     sa.Column("execution_timeout_seconds", sa.Float, nullable=False),
     sa.Column("created_at", UTCDateTime, nullable=False),
     sa.UniqueConstraint("name", "version"),
+    # At most one active version per name (WF-2); registrants and lifecycle changes of a
+    # name also take a lock on it, so they queue instead of tripping over this index.
+    sa.Index(
+        "uq_definitions_active_name",
+        "name",
+        unique=True,
+        postgresql_where=sa.text("state = 'active'"),
+        sqlite_where=sa.text("state = 'active'"),
+    ),
 )
 
 workers = sa.Table(
