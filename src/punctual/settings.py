@@ -139,6 +139,15 @@ class Settings(BaseSettings):
                         f"tenants.{name}.allowed_workload_classes names {cls!r}, "
                         "which is not in [workload_classes]"
                     )
+        if self.worker.heartbeat_seconds > self.runner.lease_seconds / 3:
+            # A worker renews its runs' leases on each heartbeat and stops a body it could
+            # not renew before the lease ends (FT-2): three beats per lease leave room for
+            # one to fail without stopping bodies that are fine.
+            raise ValueError(
+                f"worker.heartbeat_seconds ({self.worker.heartbeat_seconds:g}) must be at "
+                f"most a third of runner.lease_seconds ({self.runner.lease_seconds:g}); "
+                "lower worker.heartbeat_seconds or raise runner.lease_seconds"
+            )
         return self
 
     def limits_for(self, tenant: str) -> TenantLimits:

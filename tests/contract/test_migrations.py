@@ -301,3 +301,105 @@ def test_0007_leaves_the_first_registered_version_of_a_name_active(
         ("calm", "1"): "active",
     }
     assert _differences(empty_store) == []
+
+
+def test_0006_gives_stored_run_errors_their_code_and_claims_their_time(
+    empty_store: SqlStore, database_kind: str
+) -> None:
+    """Every error shape written before 0006 reads back as ``{"code", "message", ...}``."""
+    with empty_store.engine.begin() as conn:
+        conn.info["readonly"] = False
+        command.upgrade(migrate._config(conn), "0005")
+    claimed = datetime(2026, 11, 30, 12, 0, tzinfo=UTC)
+    stamp = claimed.replace(tzinfo=None) if database_kind == "sqlite" else claimed
+    old_errors: dict[str, tuple[str, dict[str, Any] | None]] = {
+        "run_raised": (
+            "failed",
+            {"type": "RuntimeError", "message": "boom", "traceback": "Traceback ..."},
+        ),
+        "run_died": (
+            "failed",
+            {"type": "WorkerProcessDied", "message": "died", "exit_code": 3, "traceback": ""},
+        ),
+        "run_lost": ("failed", {"type": "WorkerLost", "message": "its worker was lost"}),
+        "run_leaky": (
+            "failed",
+            {"type": "ValidationError", "message": "bad [input_value='s3cret']"},
+        ),
+        "run_canceled": ("canceled", {"reason": "canceled before a worker picked it up"}),
+        "run_terminated": ("terminated", {"reason": "terminated by alice"}),
+        "run_timed_out": ("timed_out", {"reason": "execution timeout of 2 s exceeded"}),
+        "run_done": ("completed", None),
+        "run_running": ("running", None),
+    }
+    with empty_store.engine.begin() as conn:
+        runs = sa.Table("runs", sa.MetaData(), autoload_with=conn)
+        conn.execute(
+            runs.insert(),
+            [
+                {
+                    "id": run_id,
+                    "tenant": "acme",
+                    "workflow": "echo",
+                    "definition_version": "1",
+                    "artifact": "a",
+                    "state": state,
+                    "origin": {"source": "scheduled_start", "id": "st_1"},
+                    "origin_id": "st_1",
+                    "started_by": "alice",
+                    "attempts": 1,
+                    "error": error,
+                    "input": b"sealed",
+                    "input_key_id": "k1",
+                    "task_queue": "standard",
+                    "priority": 3,
+                    "timeout_seconds": 60.0,
+                    "cancel_requested": False,
+                    "claimed_by": "wrk_1",
+                    "created_at": stamp,
+                    "started_at": stamp,
+                }
+                for run_id, (state, error) in old_errors.items()
+            ],
+        )
+
+    migrate.upgrade(empty_store)
+
+    with empty_store.transaction(readonly=True) as tx:
+        found = {run_id: tx.runs.get("acme", run_id) for run_id in old_errors}
+    errors = {run_id: run.error for run_id, run in found.items() if run is not None}
+    assert errors == {
+        "run_raised": {
+            "code": "workflow_error",
+            "message": "boom",
+            "type": "RuntimeError",
+            "traceback": "Traceback ...",
+        },
+        "run_died": {
+            "code": "workflow_error",
+            "message": "died",
+            "type": "WorkerProcessDied",
+            "exit_code": 3,
+            "traceback": "",
+        },
+        "run_lost": {"code": "worker_lost", "message": "its worker was lost", "type": "WorkerLost"},
+        "run_leaky": {
+            "code": "input_rejected",
+            "message": (
+                "the validation message was removed by migration 0006 because it could quote "
+                "the run's input; the run's input did not validate"
+            ),
+            "type": "ValidationError",
+        },
+        "run_canceled": {"code": "canceled", "message": "canceled before a worker picked it up"},
+        "run_terminated": {"code": "terminated", "message": "terminated by alice"},
+        "run_timed_out": {"code": "timed_out", "message": "execution timeout of 2 s exceeded"},
+        "run_done": None,
+        "run_running": None,
+    }
+    assert {run.claimed_at for run in found.values() if run is not None} == {claimed}
+    with empty_store.engine.connect() as conn:
+        tokens = dict(conn.execute(sa.text("SELECT id, claim_token FROM runs")).all())
+    assert tokens["run_running"] == "wrk_1/1"
+    assert tokens["run_done"] is None
+    assert _differences(empty_store) == []

@@ -28,6 +28,7 @@ from punctual.ports.records import (
     EncryptedInput,
     NewRun,
     NewStart,
+    RunClaim,
     RunFilter,
     StartFilter,
     WorkerRecord,
@@ -139,10 +140,15 @@ def claim_runs(
             QUEUES if queues is None else queues,
             LOADED if loaded is None else loaded,
             limit,
-            now + timedelta(seconds=lease_seconds),
+            lease_seconds,
             now,
         )
     return [run.id for run in claimed]
+
+
+EXPIRED = -1.0
+"""A lease that has already run out when it is taken: leases are timed by the store's clock
+(the database's on PostgreSQL, FT-2), which a test cannot move, so expiry is tested this way."""
 
 
 def worker_record(
@@ -1049,7 +1055,7 @@ def test_claim_pending_starts_the_run_as_attempt_1(store: SqlStore) -> None:
     new = new_run()
     insert_runs(store, new)
     with store.transaction() as tx:
-        [claim] = tx.runs.claim_pending("wrk-a", QUEUES, LOADED, 10, at(30), at(1))
+        [claim] = tx.runs.claim_pending("wrk-a", QUEUES, LOADED, 10, 30, at(1))
         run = tx.runs.get(TENANT, new.id)
     assert (claim.id, claim.attempt, claim.input, claim.origin) == (new.id, 1, INPUT, new.origin)
     assert (claim.workflow, claim.definition_version, claim.timeout_seconds) == (
@@ -1058,7 +1064,9 @@ def test_claim_pending_starts_the_run_as_attempt_1(store: SqlStore) -> None:
         60.0,
     )
     assert run is not None
-    assert (run.state, run.attempts, run.started_at) == (RunState.RUNNING, 1, at(1))
+    assert (run.state, run.attempts, run.claimed_at) == (RunState.RUNNING, 1, at(1))
+    assert run.started_at is None  # set when the body begins (mark_started)
+    assert claim.claim_token == "wrk-a/1"
 
 
 def test_each_claim_of_a_run_is_a_new_attempt(store: SqlStore) -> None:
@@ -1067,10 +1075,9 @@ def test_each_claim_of_a_run_is_a_new_attempt(store: SqlStore) -> None:
     for round_ in range(3):
         now = at(100 * round_)
         with store.transaction() as tx:
-            lease_until = now + timedelta(seconds=30)
-            [claim] = tx.runs.claim_pending("wrk-a", QUEUES, LOADED, 1, lease_until, now)
+            [claim] = tx.runs.claim_pending("wrk-a", QUEUES, LOADED, 1, EXPIRED, now)
             attempts.append(claim.attempt)
-            assert tx.runs.release_lost(now + timedelta(seconds=31), max_attempts=10) == (1, 0)
+            assert tx.runs.release_lost(now + timedelta(seconds=1), max_attempts=10) == (1, 0)
     assert attempts == [1, 2, 3]
     with store.transaction(readonly=True) as tx:
         run = tx.runs.get(TENANT, run_id)
@@ -1103,10 +1110,10 @@ def test_finish_records_the_outcome_of_the_current_attempt(store: SqlStore) -> N
 
 def test_finish_is_refused_for_another_worker_or_attempt(store: SqlStore) -> None:
     [run_id] = insert_runs(store, new_run())
-    claim_runs(store, "wrk-a", lease_seconds=30)
+    claim_runs(store, "wrk-a", lease_seconds=EXPIRED)
     with store.transaction() as tx:
         tx.runs.release_lost(at(31), max_attempts=5)
-        [claim] = tx.runs.claim_pending("wrk-b", QUEUES, LOADED, 1, at(90), at(32))
+        [claim] = tx.runs.claim_pending("wrk-b", QUEUES, LOADED, 1, 60, at(32))
         assert claim.attempt == 2
         assert not tx.runs.finish(run_id, "wrk-a", 1, RunState.COMPLETED, 1, None, at(33))
         assert not tx.runs.finish(run_id, "wrk-a", 2, RunState.COMPLETED, 1, None, at(33))
@@ -1126,7 +1133,7 @@ def test_finish_is_refused_after_terminate(store: SqlStore) -> None:
         run = tx.runs.get(TENANT, run_id)
     assert run is not None
     assert (run.state, run.result, run.ended_at) == (RunState.TERMINATED, None, at(5))
-    assert run.error == {"reason": "operator stopped it"}
+    assert run.error == {"code": "terminated", "message": "operator stopped it"}
 
 
 def test_terminate_records_terminated_at_once_and_only_for_active_runs(store: SqlStore) -> None:
@@ -1146,7 +1153,7 @@ def test_terminate_records_terminated_at_once_and_only_for_active_runs(store: Sq
         (RunState.COMPLETED, at(1)),
     ]
     assert runs[1] is not None
-    assert runs[1].error == {"reason": "stop"}
+    assert runs[1].error == {"code": "terminated", "message": "stop"}
 
 
 def test_terminate_of_another_tenants_run_changes_nothing(store: SqlStore) -> None:
@@ -1219,7 +1226,7 @@ def test_flags_of_no_runs_is_empty(store: SqlStore) -> None:
 
 def test_release_lost_requeues_running_runs_whose_lease_expired(store: SqlStore) -> None:
     [lost] = insert_runs(store, new_run())
-    assert claim_runs(store, "wrk-a", lease_seconds=10) == [lost]
+    assert claim_runs(store, "wrk-a", lease_seconds=EXPIRED) == [lost]
     [alive] = insert_runs(store, new_run())
     assert claim_runs(store, "wrk-b", lease_seconds=60) == [alive]
     with store.transaction() as tx:
@@ -1234,7 +1241,7 @@ def test_release_lost_requeues_running_runs_whose_lease_expired(store: SqlStore)
     # The dead worker's late result is refused; the next claim is attempt 2.
     with store.transaction() as tx:
         assert not tx.runs.finish(lost, "wrk-a", 1, RunState.COMPLETED, 1, None, at(12))
-        [again] = tx.runs.claim_pending("wrk-c", QUEUES, LOADED, 1, at(90), at(12))
+        [again] = tx.runs.claim_pending("wrk-c", QUEUES, LOADED, 1, 60, at(12))
     assert (again.id, again.attempt) == (lost, 2)
 
 
@@ -1243,7 +1250,7 @@ def test_release_lost_fails_a_run_after_max_attempts(store: SqlStore) -> None:
     results: list[tuple[int, int]] = []
     for round_ in range(2):
         now = at(100 * round_)
-        claim_runs(store, now=now, lease_seconds=10)
+        claim_runs(store, now=now, lease_seconds=EXPIRED)
         with store.transaction() as tx:
             results.append(tx.runs.release_lost(now + timedelta(seconds=11), max_attempts=2))
     assert results == [(1, 0), (0, 1)]
@@ -1251,19 +1258,22 @@ def test_release_lost_fails_a_run_after_max_attempts(store: SqlStore) -> None:
         run = tx.runs.get(TENANT, run_id)
     assert run is not None
     assert (run.state, run.attempts, run.ended_at) == (RunState.FAILED, 2, at(111))
-    assert run.error is not None
+    assert run.error is not None and run.error["code"] == "worker_lost"
     assert claim_runs(store, now=at(200)) == []
 
 
 def test_renew_leases_keeps_a_run_from_being_released(store: SqlStore) -> None:
     [run_id] = insert_runs(store, new_run())
-    claim_runs(store, "wrk-a", lease_seconds=10)
+    claim_runs(store, "wrk-a", lease_seconds=EXPIRED)
     with store.transaction() as tx:
-        tx.runs.renew_leases("wrk-b", [run_id], at(1000))  # not its run: ignored
-        tx.runs.renew_leases("wrk-a", [run_id], at(60))
-        tx.runs.renew_leases("wrk-a", [], at(60))
+        # Not its claim (another worker, or an earlier attempt): ignored.
+        assert tx.runs.renew_leases([RunClaim(run_id, "wrk-b/1")], 1000, at(1)) == set()
+        assert tx.runs.renew_leases([RunClaim(run_id, "wrk-a/0")], 1000, at(1)) == set()
+        assert tx.runs.renew_leases([RunClaim(run_id, "wrk-a/1")], 60, at(1)) == {run_id}
+        assert tx.runs.renew_leases([], 60, at(1)) == set()
         assert tx.runs.release_lost(at(30), max_attempts=3) == (0, 0)
-        assert tx.runs.release_lost(at(61), max_attempts=3) == (1, 0)
+        assert tx.runs.renew_leases([RunClaim(run_id, "wrk-a/1")], EXPIRED, at(1)) == {run_id}
+        assert tx.runs.release_lost(at(2), max_attempts=3) == (1, 0)
 
 
 def test_time_out_pending_ends_runs_no_worker_picked_up(store: SqlStore) -> None:

@@ -174,6 +174,7 @@ def test_a_raising_body_fails_with_type_message_and_traceback(make_pool: PoolFac
     assert outcome.state == "failed"
     assert outcome.result is None
     assert outcome.error is not None
+    assert outcome.error["code"] == "workflow_error"
     assert outcome.error["type"] == "ValueError"
     assert outcome.error["message"] == "boom: 7"
     assert "executor_app.py" in outcome.error["traceback"]
@@ -227,7 +228,7 @@ def test_cancel_raising_canceled_ends_the_run_canceled(make_pool: PoolFactory) -
     pool.cancel(job.run_id)  # before the child even acknowledged the assignment
     outcome = recorder.wait_finished(job.run_id)
     assert outcome.state == "canceled"
-    assert outcome.error == {"reason": "stopped at the user's request"}
+    assert outcome.error == {"code": "canceled", "message": "stopped at the user's request"}
 
 
 def test_cancel_and_terminate_of_unknown_runs_are_no_ops(make_pool: PoolFactory) -> None:
@@ -259,7 +260,8 @@ def test_terminate_kills_a_hung_body_at_once_and_the_slot_is_reused(
 
     assert outcome.state == "terminated"
     assert outcome.result is None
-    assert outcome.error is not None and "killed" in outcome.error["reason"]
+    assert outcome.error is not None and outcome.error["code"] == "terminated"
+    assert "killed" in outcome.error["message"]
     assert latency < 1.0
     assert job.run_id not in pool.running()
 
@@ -333,7 +335,7 @@ def test_a_body_past_its_execution_timeout_is_killed_and_timed_out(
     outcome = recorder.wait_finished(job.run_id)
     elapsed = recorder.finished_at[job.run_id] - submitted
     assert outcome.state == "timed_out"
-    assert outcome.error == {"reason": "execution timeout of 0.5 s exceeded"}
+    assert outcome.error == {"code": "timed_out", "message": "execution timeout of 0.5 s exceeded"}
     assert 0.5 <= elapsed < 1.5
     assert run(pool, recorder, assignment("add", {"a": 1, "b": 1})).state == "completed"
     assert not alive(body_pid)

@@ -116,6 +116,7 @@ def test_a_raising_workflow_fails_its_run(running: tuple[bootstrap.Punctual, Api
     _, api = running
     run = wait_for(api, run_id_of(api, start_now(api, "explode", {})), finished)
     assert run["state"] == "failed"
+    assert run["error"]["code"] == "workflow_error"
     assert run["error"]["type"] == "RuntimeError"
     assert "exploded on purpose" in run["error"]["message"]
 
@@ -157,7 +158,8 @@ def test_execution_timeout_ends_a_hung_run(running: tuple[bootstrap.Punctual, Ap
     _, api = running
     run = wait_for(api, run_id_of(api, start_now(api, "hang", {})), finished, timeout=20)
     assert run["state"] == "timed_out"
-    assert "timeout" in run["error"]["reason"]
+    assert run["error"]["code"] == "timed_out"
+    assert "timeout" in run["error"]["message"]
 
 
 def test_a_lost_workers_run_is_retried_as_a_new_attempt(

@@ -33,3 +33,26 @@ def hang(payload: dict[str, Any]) -> None:
 @app.workflow("explode", "1")
 def explode(payload: dict[str, Any]) -> None:
     raise RuntimeError("exploded on purpose")
+
+
+NUL_RESULT = {"text": "before\x00after", "\x00key": ["\x00", "\ud800"], "$punctual_escaped": 1}
+"""A result PostgreSQL's JSONB cannot hold as is (NUL, a lone surrogate, the envelope key)."""
+
+
+@app.workflow("nul", "1")
+def nul(payload: dict[str, Any]) -> dict[str, Any]:
+    return NUL_RESULT
+
+
+@app.workflow("nul_error", "1")
+def nul_error(payload: dict[str, Any]) -> None:
+    raise ValueError("a message with a \x00 in it")
+
+
+@app.workflow("counted", "1")
+def counted(payload: dict[str, Any]) -> dict[str, Any]:
+    """Appends a line per execution to ``payload["file"]``, so a test counts bodies."""
+    with open(payload["file"], "a") as handle:
+        handle.write("ran\n")
+    time.sleep(float(payload.get("seconds", 0)))
+    return {"ran": True}

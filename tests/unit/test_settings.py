@@ -483,3 +483,23 @@ def test_production_starts_with_postgres_controller_and_a_key_file(
     )
     built = bootstrap.build(settings)
     built.close()
+
+
+# --- fencing (FT-2) -------------------------------------------------------------------------
+
+
+def test_a_heartbeat_longer_than_a_third_of_the_lease_is_refused_naming_both_keys(
+    tmp_path: Path,
+) -> None:
+    message = config_error(
+        write(tmp_path, "[runner]\nlease_seconds = 12\n[worker]\nheartbeat_seconds = 4.5\n")
+    )
+    assert "worker.heartbeat_seconds" in message and "runner.lease_seconds" in message
+    # Exactly a third is enough: three renewals per lease.
+    path = write(tmp_path, "[runner]\nlease_seconds = 12\n[worker]\nheartbeat_seconds = 4\n")
+    assert load_settings(path).worker.heartbeat_seconds == 4
+
+
+def test_the_default_heartbeat_fits_the_default_lease() -> None:
+    settings = load_settings(None)
+    assert settings.worker.heartbeat_seconds <= settings.runner.lease_seconds / 3

@@ -50,10 +50,13 @@ class Run:
     error: dict[str, Any] | None
     created_at: datetime
     started_at: datetime | None
+    """When the current attempt's body began executing."""
     ended_at: datetime | None
     cancel_requested: bool
     task_queue: str
     priority: int
+    claimed_at: datetime | None = None
+    """When a worker took the current attempt (``None`` on engines without claims)."""
 
     @property
     def finished(self) -> bool:
@@ -112,3 +115,8 @@ class RunErrorCode(StrEnum):
 def run_error(code: RunErrorCode, message: str, **extra: Any) -> dict[str, Any]:
     """The one shape of a stored run error; ``extra`` adds e.g. ``type`` or ``traceback``."""
     return {"code": code.value, "message": message, **extra}
+
+
+def claim_token(worker_id: str, attempt: int) -> str:
+    """The token of a worker's claim of one attempt of a run (FT-2)."""
+    return f"{worker_id}/{attempt}"

@@ -132,6 +132,20 @@ class ClaimedRun:
     attempt: int
     input: EncryptedInput
     timeout_seconds: float
+    claim_token: str
+    """``<worker id>/<attempt>``: this claim, as renewal, flags and the outcome match it."""
+
+    @property
+    def claim(self) -> RunClaim:
+        return RunClaim(self.id, self.claim_token)
+
+
+@dataclass(frozen=True)
+class RunClaim:
+    """One run under one claim (FT-2): the worker acts on the run only while it matches."""
+
+    run_id: str
+    token: str
 
 
 @dataclass(frozen=True)
@@ -139,6 +153,8 @@ class RunFlags:
     id: str
     state: str
     cancel_requested: bool
+    claim_token: str | None = None
+    """Whose claim the run is under now; another than the worker's own means stop."""
 
 
 @dataclass(frozen=True)

@@ -31,6 +31,7 @@ from punctual.ports.records import (
     NewRun,
     NewSchedule,
     NewStart,
+    RunClaim,
     RunFilter,
     RunFlags,
     StartFilter,
@@ -273,17 +274,32 @@ class Runs(Protocol):
         task_queues: Sequence[str],
         loaded: Sequence[tuple[str, str]],
         limit: int,
-        lease_until: datetime,
+        lease_seconds: float,
         now: datetime,
+        key_ids: Sequence[str] | None = None,
     ) -> list[ClaimedRun]:
-        """Claim runs the worker can execute, by priority then age; each claim is a new
-        attempt. Concurrent workers must never get the same run."""
+        """Claim runs the worker can execute (with ``key_ids``: only runs whose input key
+        is among them), by priority then age; each claim is a new attempt under the claim
+        token ``<worker id>/<attempt>``, ``claimed_at`` = ``now`` and no ``started_at``
+        yet. The lease ends ``lease_seconds`` after the store's clock (the database's on
+        PostgreSQL, FT-2). Concurrent workers must never get the same run."""
 
     def renew_leases(
-        self, worker_id: str, run_ids: Sequence[str], lease_until: datetime
-    ) -> None: ...
+        self, claims: Sequence[RunClaim], lease_seconds: float, now: datetime
+    ) -> set[str]:
+        """Extend by ``lease_seconds`` the leases of runs still ``running`` under exactly
+        these claims; returns the run ids renewed (a run claimed again by anyone, even the
+        same worker, is not)."""
 
-    def flags(self, run_ids: Sequence[str]) -> list[RunFlags]: ...
+    def give_back(self, claims: Sequence[RunClaim]) -> int:
+        """Runs still ``running`` under these claims return to ``pending`` and their
+        attempt is not counted (the body never began); returns how many."""
+
+    def flags(self, run_ids: Sequence[str]) -> list[RunFlags]:
+        """State, cancel flag and current claim token of each run."""
+
+    def mark_started(self, claims: Sequence[RunClaim], at: datetime) -> set[str]:
+        """``started_at`` = ``at`` for runs still under these claims; the ids marked."""
 
     def finish(
         self,
@@ -295,11 +311,17 @@ class Runs(Protocol):
         error: dict[str, Any] | None,
         now: datetime,
     ) -> bool:
-        """Record an attempt's outcome; must refuse (False) when the run was terminated or
-        its attempt was handed to another worker."""
+        """Record an attempt's outcome under the claim ``<worker_id>/<attempt>``; must
+        refuse (False) when the run was terminated or claimed again. Results and errors
+        are stored losslessly, NUL characters included (FT-3)."""
 
     def release_lost(self, now: datetime, max_attempts: int) -> tuple[int, int]:
-        """Runs whose lease expired: requeue as a new attempt, fail after ``max_attempts``."""
+        """Runs whose lease expired (by the store's clock): requeue as a new attempt
+        without a claim, fail (``worker_lost``) after ``max_attempts``."""
+
+    def time_out_running(self, now: datetime, grace_seconds: float) -> int:
+        """Running runs claimed longer ago than their execution timeout plus
+        ``grace_seconds`` end ``timed_out``, whether or not their lease is renewed."""
 
     def time_out_pending(self, queued_before: datetime, now: datetime, timeout: float) -> int:
         """Pending runs queued (created, or requeued after a lost worker) before the cutoff

@@ -73,6 +73,7 @@ def run_view(run: Run) -> dict[str, Any]:
         "error": run.error,
         "cancel_requested": run.cancel_requested,
         "created_at": ts(run.created_at),
+        "claimed_at": ts(run.claimed_at),
         "started_at": ts(run.started_at),
         "ended_at": ts(run.ended_at),
     }

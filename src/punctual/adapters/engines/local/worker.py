@@ -1,10 +1,16 @@
 """The local worker: claims runs it has loaded, executes them in child processes, reports.
 
 One control thread claims, heartbeats and checks flags; one recorder thread records
-outcomes, all those that finished since its last commit in one transaction, so the slot
+outcomes and body starts, all those since its last commit in one transaction, so the slot
 pool hands an outcome over without waiting on the store. Run bodies execute in a
 ``SlotPool`` of warm child processes, so terminate and timeouts can kill a body outright
 (see docs/decisions/0002).
+
+Fencing (FT-2): every claim has a token (``<worker id>/<attempt>``). A body runs only
+while its claim is this worker's: the worker stops it when the flags name another claim
+or renewal no longer matches, and a watchdog thread stops it by itself when the lease
+was not renewed in time (the store unreachable, the control loop blocked), before the
+lease can expire and another worker take the run over.
 """
 
 from __future__ import annotations
@@ -15,12 +21,13 @@ import threading
 import time
 from collections.abc import Sequence
 from dataclasses import dataclass
+from datetime import datetime
 
 from punctual.adapters.engines.local.executor import Assignment, Outcome, SlotPool
 from punctual.domain.ids import new_id
-from punctual.domain.runs import RunState
+from punctual.domain.runs import RunErrorCode, RunState, run_error
 from punctual.errors import Unavailable
-from punctual.ports.records import ClaimedRun, RunFlags, WorkerRecord
+from punctual.ports.records import ClaimedRun, RunClaim, RunFlags, WorkerRecord
 from punctual.usecases import execution
 from punctual.usecases.context import Services
 from punctual.usecases.definitions import DeclaredDefinition
@@ -32,6 +39,10 @@ log = logging.getLogger("punctual.worker")
 _FLAG_CHECK_SECONDS = 0.25
 _IDLE_POLL_SECONDS = 0.5
 _RECORD_RETRY_SECONDS = 0.5
+_WATCHDOG_SECONDS = 0.1
+_MAX_FENCE_MARGIN_SECONDS = 1.0
+"""A body is stopped this long (at most; a tenth of the lease for short leases) before
+its lease could expire unrenewed."""
 
 
 @dataclass(frozen=True)
@@ -69,11 +80,22 @@ class LocalWorker:
         self._outcomes: list[tuple[ClaimedRun, Outcome]] = []
         """Outcomes not recorded yet; kept (and retried) while the store is unavailable,
         and the runs stay ours meanwhile: their leases are renewed until recorded."""
+        self._starts: list[tuple[RunClaim, datetime]] = []
+        """Bodies that began since the recorder's last commit (``started_at``)."""
+        self._renew_by: dict[str, float] = {}
+        """Per run, the monotonic time by which its lease must have been renewed again,
+        or its body is stopped (the lease may expire soon after)."""
+        self._fenced: set[str] = set()
+        """Runs whose body this worker stopped because the claim is no longer its own (or
+        may not be): their outcome is not recorded."""
+        lease = services.policy.lease_seconds
+        self._lease_margin = min(_MAX_FENCE_MARGIN_SECONDS, lease / 10)
         self._outcome_ready = threading.Event()
         self._stop_recording = threading.Event()
         self._lock = threading.Lock()
         self._thread: threading.Thread | None = None
         self._recorder: threading.Thread | None = None
+        self._watchdog: threading.Thread | None = None
         self._pool = SlotPool(
             options.app_ref, options.slots, on_started=self._started, on_finished=self._finished
         )
@@ -100,6 +122,10 @@ class LocalWorker:
             target=self._record_loop, name=f"worker-{self.id}-recorder", daemon=True
         )
         self._recorder.start()
+        self._watchdog = threading.Thread(
+            target=self._watch_leases, name=f"worker-{self.id}-watchdog", daemon=True
+        )
+        self._watchdog.start()
         self._thread = threading.Thread(target=self._loop, name=f"worker-{self.id}", daemon=True)
         self._thread.start()
         log.info("event=worker_started worker=%s slots=%d", self.id, self._options.slots)
@@ -110,6 +136,8 @@ class LocalWorker:
         if self._thread is not None:
             self._thread.join(timeout=grace_seconds + 5)
         self._pool.close(grace_seconds)
+        if self._watchdog is not None:
+            self._watchdog.join(timeout=5)
         self._stop_recording.set()
         self._outcome_ready.set()
         if self._recorder is not None:
@@ -120,6 +148,10 @@ class LocalWorker:
             log.warning("event=worker_stop_unrecorded worker=%s", self.id)
         log.info("event=worker_stopped worker=%s", self.id)
 
+    def executing(self) -> set[str]:
+        """Ids of the runs whose body is executing in a slot now."""
+        return self._pool.running()
+
     def _loop(self) -> None:
         next_heartbeat = 0.0
         next_flags = 0.0
@@ -127,9 +159,7 @@ class LocalWorker:
             try:
                 now = time.monotonic()
                 if now >= next_heartbeat:
-                    self._apply_flags(
-                        execution.heartbeat(self._services, self.id, self._running_ids())
-                    )
+                    self._heartbeat()
                     next_heartbeat = now + self._options.heartbeat_seconds
                     next_flags = now + _FLAG_CHECK_SECONDS
                 elif now >= next_flags and self._running_ids():
@@ -150,19 +180,55 @@ class LocalWorker:
         with self._lock:
             return list(self._running)
 
+    def _heartbeat(self) -> None:
+        with self._lock:
+            claims = [run.claim for run in self._running.values()]
+        began = time.monotonic()
+        renewed, flags = execution.heartbeat(self._services, self.id, claims)
+        renew_by = began + self._services.policy.lease_seconds - self._lease_margin
+        with self._lock:
+            for run_id in renewed:
+                if run_id in self._renew_by:
+                    self._renew_by[run_id] = renew_by
+        self._apply_flags(flags)
+        for claim in claims:
+            if claim.run_id not in renewed:
+                # Ended elsewhere (terminated, timed out: the flags stopped the body) or
+                # claimed again: either way no body of this claim may run on.
+                self._fence(claim, "lease_not_renewed")
+
     def _claim(self) -> int:
         free = self._pool.free_slots()
         if free <= 0:
             return 0
+        began = time.monotonic()
         work = execution.claim_runs(
             self._services, self.id, self._options.task_queues, self._loaded, free
         )
         if work:
             self._services.crash_point("after_run_claim")
+        renew_by = began + self._services.policy.lease_seconds - self._lease_margin
+        not_handed: list[ClaimedRun] = []
         for item in work:
             run = item.run
+            stale = self._running.get(run.id)
+            if stale is not None:
+                # This worker's earlier attempt lost its lease and the run came back to
+                # it: the old body must not run beside the new one (FT-2).
+                self._fence(stale.claim, "claimed_again")
             with self._lock:
                 self._running[run.id] = run
+                self._renew_by[run.id] = renew_by
+            if not self._hand_over(item, not_handed):
+                continue
+        if not_handed:
+            self._give_back(not_handed)
+        return len(work)
+
+    def _hand_over(self, item: execution.ClaimedWork, not_handed: list[ClaimedRun]) -> bool:
+        """Submit one claimed run to a slot; a failure concerns that run alone."""
+        run = item.run
+        try:
             self._pool.submit(
                 Assignment(
                     run_id=run.id,
@@ -174,27 +240,102 @@ class LocalWorker:
                     timeout_seconds=run.timeout_seconds,
                 )
             )
-        return len(work)
+            return True
+        except RuntimeError as exc:
+            # No slot after all (a slot process died between "free" and "submit", or the
+            # pool is closing): the run goes back to be claimed, no attempt charged.
+            log.warning("event=run_handoff_deferred run=%s error=%s", run.id, exc)
+            with self._lock:
+                self._running.pop(run.id, None)
+                self._renew_by.pop(run.id, None)
+            not_handed.append(run)
+        except Exception as exc:
+            # The assignment itself cannot run (a bad timeout, input that cannot travel):
+            # it would fail the same way on any worker, so the run fails now.
+            log.error("event=run_handoff_failed run=%s error=%s", run.id, type(exc).__name__)
+            error = run_error(
+                RunErrorCode.HANDOFF_FAILED,
+                f"run {run.id} attempt {run.attempt} could not be handed to an execution "
+                f"slot ({type(exc).__name__}): check the definition's "
+                "execution_timeout_seconds and that the input is plain JSON",
+            )
+            self._finished(Outcome(run.id, "failed", None, error, run.attempt))
+        return False
+
+    def _give_back(self, runs: list[ClaimedRun]) -> None:
+        try:
+            execution.give_back(self._services, [run.claim for run in runs])
+        except Unavailable as exc:
+            # Their leases run out and the reaper takes them back (one attempt charged).
+            log.warning("event=run_give_back_failed runs=%d error=%s", len(runs), exc)
 
     def _apply_flags(self, flags: Sequence[RunFlags]) -> None:
         for flag in flags:
-            if flag.state == RunState.TERMINATED.value:
-                self._pool.terminate(flag.id)
+            with self._lock:
+                run = self._running.get(flag.id)
+            if run is None:
+                continue
+            if flag.claim_token != run.claim_token:
+                self._fence(run.claim, "claim_taken_over")
             elif flag.state != RunState.RUNNING.value:
-                # Finished elsewhere (for example timed out by the reaper): stop the body.
+                # Terminated, or finished elsewhere (timed out by the reaper): stop the body.
                 self._pool.terminate(flag.id)
             elif flag.cancel_requested:
                 self._pool.cancel(flag.id)
 
+    def _fence(self, claim: RunClaim, reason: str) -> None:
+        """Stop the body of ``claim`` at once and record nothing of it: the run is, or may
+        soon be, another claim's (a later attempt here or on another worker)."""
+        with self._lock:
+            run = self._running.get(claim.run_id)
+            if run is None or run.claim_token != claim.token:
+                return
+            body_running = claim.run_id in self._pool.running()
+            self._running.pop(claim.run_id, None)
+            self._renew_by.pop(claim.run_id, None)
+            self._outcomes = [o for o in self._outcomes if o[0].claim != claim]
+            self._starts = [s for s in self._starts if s[0] != claim]
+            if body_running:
+                self._fenced.add(claim.run_id)
+        if body_running:
+            log.warning(
+                "event=run_body_fenced run=%s attempt=%d reason=%s", run.id, run.attempt, reason
+            )
+            self._pool.terminate(claim.run_id)
+
+    def _watch_leases(self) -> None:
+        """Stop bodies whose lease was not renewed in time, whatever the control loop does."""
+        while not self._stop.wait(_WATCHDOG_SECONDS):
+            now = time.monotonic()
+            with self._lock:
+                overdue = [
+                    run.claim
+                    for run_id, run in self._running.items()
+                    if self._renew_by.get(run_id, now + 1) <= now
+                ]
+            running = self._pool.running()
+            for claim in overdue:
+                if claim.run_id in running:
+                    self._fence(claim, "lease_renewal_overdue")
+
     def _started(self, run_id: str) -> None:
         log.debug("event=run_body_started run=%s", run_id)
+        with self._lock:
+            run = self._running.get(run_id)
+            if run is None:
+                return
+            self._starts.append((run.claim, self._services.clock.now()))
+        self._outcome_ready.set()
 
     def _finished(self, outcome: Outcome) -> None:
         """Called by the pool's monitor: hand the outcome to the recorder, never wait."""
         with self._lock:
-            run = self._running.get(outcome.run_id)
-            if run is None:
+            if outcome.run_id in self._fenced:
+                self._fenced.discard(outcome.run_id)
                 return
+            run = self._running.get(outcome.run_id)
+            if run is None or run.attempt != outcome.attempt:
+                return  # an earlier attempt's body, stopped when the run came back here
             self._outcomes.append((run, outcome))
         self._outcome_ready.set()
 
@@ -203,6 +344,7 @@ class LocalWorker:
             self._outcome_ready.wait()
             self._outcome_ready.clear()
             stopping = self._stop_recording.is_set()
+            self._record_starts()
             with self._lock:
                 batch = list(self._outcomes)
             if batch and not self._record(batch):
@@ -217,6 +359,23 @@ class LocalWorker:
             if stopping:
                 return
 
+    def _record_starts(self) -> None:
+        """``started_at`` of the bodies that began, in one transaction; kept while the
+        store is down (a lost one only leaves ``started_at`` empty)."""
+        with self._lock:
+            starts = list(self._starts)
+        if not starts:
+            return
+        try:
+            execution.mark_started(self._services, starts)
+        except Unavailable as exc:
+            log.warning("event=run_starts_unrecorded runs=%d error=%s", len(starts), exc)
+            return
+        except Exception:
+            log.exception("event=run_starts_refused runs=%d", len(starts))
+        with self._lock:
+            self._starts = [s for s in self._starts if s not in starts]
+
     def _record(self, batch: list[tuple[ClaimedRun, Outcome]]) -> bool:
         """Record a batch in one transaction; False (all kept) when the store is down."""
         finished = [
@@ -230,10 +389,7 @@ class LocalWorker:
         except Exception:
             if len(batch) > 1:  # find the outcome the store refuses; record the others
                 return all([self._record([item]) for item in batch])
-            # Not retried here: the lease runs out and the reaper takes the run back (WF-4).
-            log.exception("event=run_outcome_refused run=%s", batch[0][0].id)
-            self._forget(batch)
-            return True
+            return self._record_refused(batch[0], finished[0])
         self._forget(batch)
         for (run, outcome), was_recorded in zip(batch, recorded, strict=True):
             log.info(
@@ -246,9 +402,39 @@ class LocalWorker:
         self._doorbell.ring()
         return True
 
+    def _record_refused(
+        self, item: tuple[ClaimedRun, Outcome], finished: execution.Finished
+    ) -> bool:
+        """The store refused this outcome alone: once more (a transient error), then it
+        is refused deterministically and the run ends ``result_not_storable`` (FT-3),
+        so the body is never executed again for it."""
+        run = item[0]
+        try:
+            execution.finish_runs(self._services, self.id, [finished])
+        except Unavailable:
+            return False
+        except Exception as exc:
+            log.error("event=run_outcome_refused run=%s error=%s", run.id, type(exc).__name__)
+            try:
+                execution.finish_runs(
+                    self._services, self.id, [execution.not_storable(finished, exc)]
+                )
+            except Unavailable:
+                return False
+            except Exception:
+                # Not even the short error is accepted: the lease runs out and the reaper
+                # takes the run back (WF-4).
+                log.exception("event=run_outcome_unrecordable run=%s", run.id)
+        self._forget([item])
+        self._doorbell.ring()
+        return True
+
     def _forget(self, batch: list[tuple[ClaimedRun, Outcome]]) -> None:
-        done = {run.id for run, _ in batch}
+        done = {run.claim for run, _ in batch}
         with self._lock:
-            self._outcomes = [item for item in self._outcomes if item[0].id not in done]
-            for run_id in done:
-                self._running.pop(run_id, None)
+            self._outcomes = [item for item in self._outcomes if item[0].claim not in done]
+            for claim in done:
+                current = self._running.get(claim.run_id)
+                if current is not None and current.claim == claim:
+                    del self._running[claim.run_id]
+                    self._renew_by.pop(claim.run_id, None)

@@ -10,11 +10,14 @@ from __future__ import annotations
 
 import json
 from collections.abc import Mapping, Sequence
+from datetime import datetime, timedelta
 from typing import Any
 
 import sqlalchemy as sa
 from sqlalchemy.dialects import postgresql, sqlite
 from sqlalchemy.engine import Engine, make_url
+
+from punctual.adapters.stores.sql.tables import UTCDateTime
 
 SQLITE_BUSY_TIMEOUT_MS = 30_000
 
@@ -274,3 +277,36 @@ def notify(conn: sa.Connection, channel: str) -> None:
     SQLite serves one machine and its processes poll)."""
     if conn.dialect.name == "postgresql":
         conn.exec_driver_sql(f"NOTIFY {channel}")
+
+
+def store_now(conn: sa.Connection, now: datetime) -> sa.ColumnElement[datetime]:
+    """The instant leases are measured against: PostgreSQL's clock (``now()``), so that
+    hosts with skewed clocks agree on who holds a lease; SQLite serves one machine and
+    takes the process clock ``now`` (FT-2)."""
+    if conn.dialect.name == "postgresql":
+        return sa.func.now()
+    return sa.literal(now, type_=UTCDateTime())
+
+
+def lease_expiry(conn: sa.Connection, seconds: float, now: datetime) -> sa.ColumnElement[datetime]:
+    """``seconds`` after ``store_now``: the end of a lease taken or renewed now."""
+    if conn.dialect.name == "postgresql":
+        return sa.func.now() + sa.literal(timedelta(seconds=seconds), type_=sa.Interval())
+    return sa.literal(now + timedelta(seconds=seconds), type_=UTCDateTime())
+
+
+def passed(
+    conn: sa.Connection,
+    since: sa.ColumnElement[datetime],
+    seconds: sa.ColumnElement[float],
+    now: datetime,
+) -> sa.ColumnElement[bool]:
+    """``since`` + ``seconds`` (a per-row amount) lies before ``now``."""
+    if conn.dialect.name == "postgresql":
+        return since + sa.func.make_interval(0, 0, 0, 0, 0, 0, seconds) < sa.literal(
+            now, type_=since.type
+        )
+    day = 86400.0
+    return sa.func.julianday(since) + seconds / day < sa.func.julianday(
+        sa.literal(now, type_=since.type)
+    )

@@ -84,6 +84,7 @@ def run_from_row(row: RowMapping) -> Run:
         cancel_requested=bool(row["cancel_requested"]),
         task_queue=row["task_queue"],
         priority=row["priority"],
+        claimed_at=row["claimed_at"],
     )
 
 

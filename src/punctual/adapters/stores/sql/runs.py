@@ -9,11 +9,26 @@ from typing import Any
 import sqlalchemy as sa
 
 from punctual.adapters.stores.sql import tables as t
-from punctual.adapters.stores.sql.dialects import claimable, insert_ignore, notify
+from punctual.adapters.stores.sql.dialects import (
+    claimable,
+    insert_ignore,
+    lease_expiry,
+    notify,
+    passed,
+    store_now,
+    update_many,
+)
 from punctual.adapters.stores.sql.listener import RUNS_CHANNEL
 from punctual.adapters.stores.sql.rows import run_from_row
-from punctual.domain.runs import Run, RunState
-from punctual.ports.records import ClaimedRun, EncryptedInput, NewRun, RunFilter, RunFlags
+from punctual.domain.runs import Run, RunErrorCode, RunState, claim_token, run_error
+from punctual.ports.records import (
+    ClaimedRun,
+    EncryptedInput,
+    NewRun,
+    RunClaim,
+    RunFilter,
+    RunFlags,
+)
 
 _r = t.runs.c
 _ACTIVE = (RunState.PENDING.value, RunState.RUNNING.value)
@@ -106,7 +121,7 @@ class SqlRuns:
                 state=RunState.CANCELED.value,
                 cancel_requested=True,
                 ended_at=now,
-                error={"reason": "canceled before a worker picked it up"},
+                error=run_error(RunErrorCode.CANCELED, "canceled before a worker picked it up"),
             )
         )
         self._conn.execute(
@@ -120,7 +135,11 @@ class SqlRuns:
         self._conn.execute(
             sa.update(t.runs)
             .where(_r.tenant == tenant, _r.id == run_id, _r.state.in_(_ACTIVE))
-            .values(state=RunState.TERMINATED.value, ended_at=now, error={"reason": reason})
+            .values(
+                state=RunState.TERMINATED.value,
+                ended_at=now,
+                error=run_error(RunErrorCode.TERMINATED, reason),
+            )
         )
 
     def claim_pending(
@@ -129,10 +148,13 @@ class SqlRuns:
         task_queues: Sequence[str],
         loaded: Sequence[tuple[str, str]],
         limit: int,
-        lease_until: datetime,
+        lease_seconds: float,
         now: datetime,
+        key_ids: Sequence[str] | None = None,
     ) -> list[ClaimedRun]:
-        """Claim pending runs this worker can execute, by priority then age; a new attempt each."""
+        """Claim pending runs this worker can execute, by priority then age; a new attempt
+        each, under the claim token ``<worker id>/<attempt>``. The lease is timed by the
+        database's clock on PostgreSQL; ``now`` is the claim's ``claimed_at``."""
         if not loaded or limit <= 0:
             return []
         pending = (
@@ -145,15 +167,20 @@ class SqlRuns:
             .order_by(_r.priority, _r.seq)
             .limit(limit)
         )
+        if key_ids is not None:
+            pending = pending.where(_r.input_key_id.in_(list(key_ids)))
         claimed = self._conn.execute(
             sa.update(t.runs)
             .where(_r.id.in_(claimable(pending, self._conn)), _r.state == RunState.PENDING.value)
             .values(
                 state=RunState.RUNNING.value,
                 claimed_by=worker_id,
-                lease_until=lease_until,
+                claim_token=sa.literal(f"{worker_id}/", sa.String)
+                + sa.cast(_r.attempts + 1, sa.String),
+                lease_until=lease_expiry(self._conn, lease_seconds, now),
                 attempts=_r.attempts + 1,
-                started_at=now,
+                claimed_at=now,
+                started_at=None,
             )
             .returning(
                 _r.id,
@@ -165,6 +192,7 @@ class SqlRuns:
                 _r.input,
                 _r.input_key_id,
                 _r.timeout_seconds,
+                _r.claim_token,
             )
         )
         return [
@@ -177,27 +205,69 @@ class SqlRuns:
                 attempt=r["attempts"],
                 input=EncryptedInput(r["input_key_id"], r["input"]),
                 timeout_seconds=r["timeout_seconds"],
+                claim_token=r["claim_token"],
             )
             for r in claimed.mappings()
         ]
 
-    def renew_leases(self, worker_id: str, run_ids: Sequence[str], lease_until: datetime) -> None:
-        if run_ids:
-            self._conn.execute(
-                sa.update(t.runs)
-                .where(
-                    _r.id.in_(list(run_ids)),
-                    _r.claimed_by == worker_id,
-                    _r.state == RunState.RUNNING.value,
-                )
-                .values(lease_until=lease_until)
+    def renew_leases(
+        self, claims: Sequence[RunClaim], lease_seconds: float, now: datetime
+    ) -> set[str]:
+        """Extend the leases of runs still running under these claims; the ids renewed."""
+        if not claims:
+            return set()
+        renewed = self._conn.execute(
+            sa.update(t.runs)
+            .where(
+                sa.tuple_(_r.id, _r.claim_token).in_([(c.run_id, c.token) for c in claims]),
+                _r.state == RunState.RUNNING.value,
             )
+            .values(lease_until=lease_expiry(self._conn, lease_seconds, now))
+            .returning(_r.id)
+        )
+        return set(renewed.scalars())
+
+    def give_back(self, claims: Sequence[RunClaim]) -> int:
+        """Runs still under these claims go back to ``pending``, the attempt uncounted."""
+        if not claims:
+            return 0
+        given = self._conn.execute(
+            sa.update(t.runs)
+            .where(
+                sa.tuple_(_r.id, _r.claim_token).in_([(c.run_id, c.token) for c in claims]),
+                _r.state == RunState.RUNNING.value,
+            )
+            .values(
+                state=RunState.PENDING.value,
+                attempts=_r.attempts - 1,
+                claimed_by=None,
+                claim_token=None,
+                lease_until=None,
+                claimed_at=None,
+            )
+        ).rowcount
+        if given:
+            notify(self._conn, RUNS_CHANNEL)
+        return int(given)
 
     def flags(self, run_ids: Sequence[str]) -> list[RunFlags]:
         if not run_ids:
             return []
-        query = sa.select(_r.id, _r.state, _r.cancel_requested).where(_r.id.in_(list(run_ids)))
-        return [RunFlags(r[0], r[1], bool(r[2])) for r in self._conn.execute(query)]
+        query = sa.select(_r.id, _r.state, _r.cancel_requested, _r.claim_token).where(
+            _r.id.in_(list(run_ids))
+        )
+        return [RunFlags(r[0], r[1], bool(r[2]), r[3]) for r in self._conn.execute(query)]
+
+    def mark_started(self, claims: Sequence[RunClaim], at: datetime) -> set[str]:
+        """Bodies began: ``started_at`` of runs still under these claims; the ids marked."""
+        rows = [{"id": c.run_id, "claim_token": c.token, "started_at": at} for c in claims]
+        return update_many(
+            self._conn,
+            t.runs,
+            rows,
+            match=["id", "claim_token"],
+            columns=["started_at"],
+        )
 
     def finish(
         self,
@@ -209,13 +279,13 @@ class SqlRuns:
         error: dict[str, Any] | None,
         now: datetime,
     ) -> bool:
-        """Record the outcome of this attempt; False if the run moved on (terminated, lost)."""
+        """Record the outcome of this attempt; False if the run moved on (terminated, lost,
+        claimed again)."""
         outcome = self._conn.execute(
             sa.update(t.runs)
             .where(
                 _r.id == run_id,
-                _r.claimed_by == worker_id,
-                _r.attempts == attempt,
+                _r.claim_token == claim_token(worker_id, attempt),
                 _r.state == RunState.RUNNING.value,
             )
             .values(state=state.value, result=result, error=error, ended_at=now, lease_until=None)
@@ -227,25 +297,58 @@ class SqlRuns:
 
         Returns (requeued, failed).
         """
-        expired = sa.and_(_r.state == RunState.RUNNING.value, _r.lease_until < now)
+        expired = sa.and_(
+            _r.state == RunState.RUNNING.value, _r.lease_until < store_now(self._conn, now)
+        )
         failed = self._conn.execute(
             sa.update(t.runs)
             .where(expired, _r.attempts >= max_attempts)
             .values(
                 state=RunState.FAILED.value,
                 ended_at=now,
-                error={
-                    "type": "WorkerLost",
-                    "message": f"its worker was lost {max_attempts} times",
-                },
+                lease_until=None,
+                error=run_error(
+                    RunErrorCode.WORKER_LOST,
+                    f"its worker was lost {max_attempts} times (the lease of every attempt "
+                    "ran out before an outcome was recorded)",
+                ),
             )
         ).rowcount
         requeued = self._conn.execute(
             sa.update(t.runs)
             .where(expired)
-            .values(state=RunState.PENDING.value, claimed_by=None, lease_until=None, queued_at=now)
+            .values(
+                state=RunState.PENDING.value,
+                claimed_by=None,
+                claim_token=None,
+                lease_until=None,
+                queued_at=now,
+            )
         ).rowcount
         return requeued, failed
+
+    def time_out_running(self, now: datetime, grace_seconds: float) -> int:
+        """Backstop of WF-7: running runs claimed more than their execution timeout plus
+        ``grace_seconds`` ago end ``timed_out``, whoever still renews their lease (a lost
+        hand-off, a worker that stopped enforcing). Their worker sees the state in its
+        flags and stops the body."""
+        overdue = passed(
+            self._conn, _r.claimed_at, _r.timeout_seconds + sa.literal(grace_seconds), now
+        )
+        return self._conn.execute(
+            sa.update(t.runs)
+            .where(_r.state == RunState.RUNNING.value, _r.claimed_at.is_not(None), overdue)
+            .values(
+                state=RunState.TIMED_OUT.value,
+                ended_at=now,
+                lease_until=None,
+                error=run_error(
+                    RunErrorCode.TIMED_OUT,
+                    f"still running {grace_seconds:g} s after its execution timeout, so the "
+                    "store ended it (its worker did not)",
+                ),
+            )
+        ).rowcount
 
     def time_out_pending(self, queued_before: datetime, now: datetime, timeout: float) -> int:
         """Runs waiting in the queue since before ``queued_before`` end ``timed_out`` (WF-7),
@@ -256,6 +359,8 @@ class SqlRuns:
             .values(
                 state=RunState.TIMED_OUT.value,
                 ended_at=now,
-                error={"reason": f"no worker picked it up within {timeout:g} s"},
+                error=run_error(
+                    RunErrorCode.TIMED_OUT, f"no worker picked it up within {timeout:g} s"
+                ),
             )
         ).rowcount

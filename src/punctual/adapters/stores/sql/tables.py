@@ -6,6 +6,8 @@ Alembic migrations are written against this metadata and a test checks that
 
 from __future__ import annotations
 
+import json
+import re
 from datetime import UTC, datetime
 from typing import Any
 
@@ -43,6 +45,44 @@ class UTCDateTime(sa.TypeDecorator[datetime]):
 
 
 JSONType = sa.JSON().with_variant(postgresql.JSONB(), "postgresql")
+
+_ESCAPED = "$punctual_escaped"
+"""Marks a JSON value stored as its JSON text (``{"$punctual_escaped": 1, "json": ...}``)."""
+_NOT_STORABLE_AS_IS = re.compile(r"\\u0000|\\ud[89a-f]|" + re.escape(_ESCAPED))
+
+
+class OutcomeJSON(sa.TypeDecorator[Any]):
+    """JSON that keeps any value a workflow body returns or raises, on both stores (FT-3).
+
+    PostgreSQL's JSONB refuses U+0000 and lone surrogates. A value whose JSON text holds
+    one of them (or that could be mistaken for the envelope) is stored as a versioned
+    envelope holding that text, ``{"$punctual_escaped": 1, "json": "..."}``, and read
+    back as the value itself: reading gives exactly what the body returned. Every other
+    value is stored as is.
+    """
+
+    impl = sa.JSON
+    cache_ok = True
+
+    def load_dialect_impl(self, dialect: Dialect) -> sa.types.TypeEngine[Any]:
+        if dialect.name == "postgresql":
+            return dialect.type_descriptor(postgresql.JSONB())
+        return dialect.type_descriptor(sa.JSON())
+
+    def process_bind_param(self, value: Any, dialect: Dialect) -> Any:
+        if value is None:
+            return None
+        text = json.dumps(value)
+        if _NOT_STORABLE_AS_IS.search(text):
+            return {_ESCAPED: 1, "json": text}
+        return value
+
+    def process_result_value(self, value: Any, dialect: Dialect) -> Any:
+        if isinstance(value, dict) and value.get(_ESCAPED) == 1:
+            return json.loads(value["json"])
+        return value
+
+
 Seq = sa.BigInteger().with_variant(sa.Integer(), "sqlite")
 
 
@@ -221,8 +261,8 @@ runs = sa.Table(
     sa.Column("schedule_id", sa.String(40)),
     sa.Column("started_by", sa.String(200), nullable=False),
     sa.Column("attempts", sa.Integer, nullable=False),
-    sa.Column("result", JSONType),
-    sa.Column("error", JSONType),
+    sa.Column("result", OutcomeJSON),
+    sa.Column("error", OutcomeJSON),
     sa.Column("input", sa.LargeBinary, nullable=False),
     sa.Column("input_key_id", sa.String(64), nullable=False),
     sa.Column("task_queue", sa.String(200), nullable=False),
@@ -231,9 +271,13 @@ runs = sa.Table(
     sa.Column("timeout_seconds", sa.Float, nullable=False),
     sa.Column("cancel_requested", sa.Boolean, nullable=False),
     sa.Column("claimed_by", sa.String(40)),
+    # Whose claim and which attempt (FT-2): "<worker id>/<attempt>". Renewal, flags and
+    # the outcome record match it, so a worker whose claim was taken over cannot act.
+    sa.Column("claim_token", sa.String(64)),
     sa.Column("lease_until", UTCDateTime),
     sa.Column("created_at", UTCDateTime, nullable=False),
     sa.Column("queued_at", UTCDateTime),
+    sa.Column("claimed_at", UTCDateTime),
     sa.Column("started_at", UTCDateTime),
     sa.Column("ended_at", UTCDateTime),
     sa.Index(
