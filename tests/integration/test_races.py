@@ -32,7 +32,7 @@ from punctual.domain.runs import DefinitionState
 from punctual.errors import QuotaExceeded
 from punctual.ports.records import DueSchedule, WorkerRecord
 from punctual.usecases import schedules
-from punctual.usecases.definitions import DeclaredDefinition, register_worker
+from punctual.usecases.definitions import DeclaredDefinition, register_worker, set_lifecycle
 from punctual.usecases.generation import generate
 from tests.conftest import FakeClock, make_settings
 from tests.support.api import Api, in_process, member_api, register_demo
@@ -107,6 +107,33 @@ def test_first_registrations_of_a_new_workflow_leave_one_active_version(
         for name in names:
             states = sorted(d.state for d in found if d.name == name)
             assert states == [DefinitionState.ACTIVE, DefinitionState.DEPRECATED], (name, states)
+
+
+def test_concurrent_activations_of_one_workflow_leave_one_active_version(
+    processes: list[bootstrap.Punctual],
+) -> None:
+    names = [f"switch-{round_}" for round_ in range(ROUNDS)]
+    versions = [f"v{i}" for i in range(CONTENDERS)]
+    for name in names:
+        for version in versions:
+            _registrant(processes[0], version, [name])()
+    for name in names:
+        results = _race(
+            [
+                lambda system=processes[i % 2], name=name, version=version: set_lifecycle(
+                    system.services, name, version, DefinitionState.ACTIVE
+                )
+                for i, version in enumerate(versions)
+            ]
+        )
+        assert not [r for r in results if isinstance(r, Exception)], results
+        with processes[0].store.transaction(readonly=True) as tx:
+            active = [
+                d.version
+                for _, d in tx.definitions.find()
+                if d.name == name and d.state == DefinitionState.ACTIVE
+            ]
+        assert len(active) == 1, (name, active)
 
 
 def _create(system: bootstrap.Punctual, tenant: str, name: str) -> Callable[[], Any]:
