@@ -97,4 +97,3 @@ def dispatch_error(error_type: str) -> DispatchFailure:
         f"deciding the dispatch raised {error_type}; the runner log has the details",
         FailureClass.START_SPECIFIC,
     )
-
