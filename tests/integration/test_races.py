@@ -27,10 +27,11 @@ from fastapi.testclient import TestClient
 from punctual import bootstrap
 from punctual.adapters.stores.sql import tables as t
 from punctual.adapters.stores.sql.schedules import SqlSchedules
+from punctual.domain.ids import new_id
 from punctual.domain.permissions import Principal, Role
 from punctual.domain.runs import DefinitionState
-from punctual.errors import QuotaExceeded
-from punctual.ports.records import DueSchedule, WorkerRecord
+from punctual.errors import Conflict, QuotaExceeded
+from punctual.ports.records import DueSchedule, NewSchedule, WorkerRecord
 from punctual.usecases import schedules
 from punctual.usecases.definitions import DeclaredDefinition, register_worker, set_lifecycle
 from punctual.usecases.generation import generate
@@ -411,3 +412,45 @@ def test_a_plan_from_an_older_read_of_a_schedule_writes_nothing(
         assert (current.schedules, current.generated) == (1, 1)
     finally:
         system.close()
+
+
+def test_the_store_answers_name_taken_when_the_unique_index_refuses_a_name(
+    processes: list[bootstrap.Punctual],
+) -> None:
+    """The index is the last word on both stores: an insert or rename that reaches it with
+    a taken name (the use case's check having lost a race) is ``Conflict`` ``name_taken``,
+    and any other integrity error is not mistaken for it."""
+    system = processes[0]
+    first = _create(system, "acme", "taken")().body
+    second = _create(system, "acme", "free")().body
+    with system.store.transaction(readonly=True) as tx:
+        template = tx.schedules.get("acme", first["id"])
+        sealed = tx.schedules.input_of(first["id"])
+    assert template is not None
+    clash = NewSchedule(
+        id=new_id("sch"),
+        tenant="acme",
+        name="taken",
+        workflow=template.workflow,
+        input=sealed,
+        spec=template.spec,
+        policy=template.policy,
+        enabled=True,
+        version_policy=template.version_policy,
+        pinned_version=None,
+        workload_class=template.workload_class,
+        regression=None,
+        created_by="alice",
+        cursor=template.cursor,
+        next_fire_at=template.next_fire_at,
+    )
+    now = system.services.clock.now()
+    with pytest.raises(Conflict) as inserted, system.store.transaction() as tx:
+        tx.schedules.insert(clash, now)
+    assert inserted.value.code == "name_taken"
+    with pytest.raises(Conflict) as renamed, system.store.transaction() as tx:
+        tx.schedules.compare_and_set(second["id"], 1, now, name="taken")
+    assert renamed.value.code == "name_taken"
+    # The same id again breaks another unique constraint: that stays an integrity error.
+    with pytest.raises(sa.exc.IntegrityError), system.store.transaction() as tx:
+        tx.schedules.insert(dataclasses.replace(clash, id=first["id"], name="other"), now)
