@@ -6,6 +6,7 @@ file) or the demo app. Waiting is done on events with timeouts, never by polling
 
 from __future__ import annotations
 
+import json
 import statistics
 import threading
 import time
@@ -427,7 +428,10 @@ def test_the_demo_app_runs_echo_fail_and_a_canceled_sleep(make_pool: PoolFactory
 
     invalid = run(pool, recorder, assignment("echo", {"message": "x", "extra": 1}))
     assert invalid.state == "failed"
-    assert invalid.error is not None and invalid.error["type"] == "ValidationError"
+    # The schema judges in the slot too (decision 0004); the message names no unknown key.
+    assert invalid.error is not None and invalid.error["code"] == "input_rejected", invalid
+    assert "additionalProperties" in invalid.error["message"], invalid
+    assert "extra" not in json.dumps(invalid.error), invalid
 
     failed = run(pool, recorder, assignment("fail"))
     assert failed.error is not None and failed.error["type"] == "DemoFailure"
