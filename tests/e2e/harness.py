@@ -568,6 +568,8 @@ class StartRow:
     last_error: Any
     version: int
     dispatched_at: datetime | None
+    claim_seq: int = 0
+    """How many times the start was claimed (claims do not change ``version``, FT-5)."""
 
 
 @dataclass(frozen=True)
@@ -637,7 +639,8 @@ def read_facts(database_url: str) -> Facts:
         starts = {
             row[0]: StartRow(*row)
             for row in conn.execute(
-                "SELECT id, state, run_id, attempts, last_error, version, dispatched_at FROM starts"
+                "SELECT id, state, run_id, attempts, last_error, version, dispatched_at, "
+                "claim_seq FROM starts"
             )
         }
         runs = {
