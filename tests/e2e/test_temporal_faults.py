@@ -106,9 +106,10 @@ def test_runner_killed_between_temporal_start_and_record_converges_on_one_execut
         assert not charged(facts), charged(facts)
         assert {r.id: r.attempts for r in facts.runs.values()} == dict.fromkeys(run_ids, 1)
         assert {r.claimed_by for r in facts.runs.values()} == {"temporal"}
-        # The restarted runner reclaimed them after the dead one's lease ran out:
-        # created(1) -> claimed(2) -> claimed again(3) -> dispatched(4).
-        assert {s.version for s in facts.starts.values()} == {4}, facts.starts
+        # The restarted runner reclaimed them after the dead one's lease ran out (claims
+        # do not change the version): created(1) -> dispatched(2), claimed twice.
+        assert {s.version for s in facts.starts.values()} == {2}, facts.starts
+        assert {s.claim_seq for s in facts.starts.values()} == {2}, facts.starts
         problems = execution_problems(temporal.address, facts)
         assert not problems, "\n".join(problems)
         assert worker.alive(), "the Temporal worker died"

@@ -5,7 +5,7 @@ promises, each pinned by the engine contract suite:
 
 * ``start`` is idempotent on the run id: a repeated call (retry, second runner, crash
   between engine and store) converges on one execution (WF-6, DP-2), except that an
-  order marked ``replaces_unrecorded`` replaces an execution that is still waiting for
+  order marked ``replaces_unrecorded`` starts anew over an execution that closed without
   its run record (a leftover of an earlier dispatch, which must not win later);
 * ``cancel`` is cooperative and ``terminate`` immediate; both idempotent (WF-5);
 * ``loaded`` answers which (workflow, version, artifact) live workers have loaded;
@@ -40,8 +40,9 @@ class RunOrder:
     origin: dict[str, Any]
     replaces_unrecorded: bool = False
     """The start was claimed before: an earlier dispatch may have left an execution of this
-    run id that never got its run record. The engine replaces such an execution instead of
-    converging on it; safe because the caller holds the start's claim, so no run record
+    run id that never got its run record. The engine converges on such an execution while
+    it still waits, and starts a new one over it once it has closed, instead of reporting
+    "already started"; safe because the caller holds the start's claim, so no run record
     exists and no body has run."""
 
 

@@ -10,8 +10,9 @@ Idempotency (WF-6, DP-2): a start uses the run id as workflow id with
 same execution) and ``WorkflowIDReusePolicy.REJECT_DUPLICATE`` (a retry after it closed is
 refused, and the refusal means "already started", not an error). So any number of
 dispatch retries, from any number of runners, converge on one execution. A re-dispatch
-of a start claimed before (``RunOrder.replaces_unrecorded``) replaces an execution that
-never got its run record instead, so a leftover of an earlier attempt cannot win.
+of a start claimed before (``RunOrder.replaces_unrecorded``) may start anew over an
+execution that closed without its run record, so a leftover of an earlier attempt that
+gave up cannot win.
 
 Outages (DP-3): every failure to reach Temporal is raised as ``EngineUnavailable`` (never
 a start-specific error), so dispatch releases its claims uncharged and pauses.
@@ -376,21 +377,19 @@ class TemporalEngine:
 def _id_policies(order: RunOrder) -> dict[str, Any]:
     """How a start meets an execution that already has the run id (see the module docstring).
 
-    A re-dispatch (``replaces_unrecorded``) holds the start's claim, so no run record
-    exists and whatever execution has the id has not run the body: it is a leftover of an
-    earlier attempt (released after a partial batch, rescheduled, outlived its pending
-    timeout) and is replaced, running or closed, so the body really runs (issue: ghost
-    executions). A first dispatch converges on an existing execution as before.
+    A running execution is always converged on: it is either live or a leftover still
+    waiting for its record, which the record then serves. A re-dispatch
+    (``replaces_unrecorded``) holds the start's claim, so no run record exists and no
+    execution of the id has run the body: one that closed (it gave up waiting once its
+    start was released, rescheduled or its pending timeout passed) is replaced by a new
+    one, so the body really runs instead of the run ending "never recorded".
     """
-    if order.replaces_unrecorded:
-        return {
-            "id_conflict_policy": WorkflowIDConflictPolicy.TERMINATE_EXISTING,
-            "id_reuse_policy": WorkflowIDReusePolicy.ALLOW_DUPLICATE,
-        }
-    return {
-        "id_conflict_policy": WorkflowIDConflictPolicy.USE_EXISTING,
-        "id_reuse_policy": WorkflowIDReusePolicy.REJECT_DUPLICATE,
-    }
+    reuse = (
+        WorkflowIDReusePolicy.ALLOW_DUPLICATE_FAILED_ONLY
+        if order.replaces_unrecorded
+        else WorkflowIDReusePolicy.REJECT_DUPLICATE
+    )
+    return {"id_conflict_policy": WorkflowIDConflictPolicy.USE_EXISTING, "id_reuse_policy": reuse}
 
 
 def _running(run_id: str, pending: Sequence[Any]) -> Observation:
