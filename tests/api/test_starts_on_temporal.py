@@ -350,8 +350,8 @@ def test_runs_are_read_from_the_store_after_the_temporal_server_is_gone(
     sqlite_url: str, tmp_path: Path
 ) -> None:
     """WF-8 with a Temporal server of this test's own, stopped in the middle of it: reads
-    answer from the store; a run operation answers 503, is not recorded, and the same
-    request succeeds once the server is back (on the same port and database file)."""
+    answer from the store; a run cancel is recorded at once (FT-6: the store changes first)
+    and reaches the execution once the server is back (on the same port and database file)."""
     with (
         RestartableTemporal(tmp_path / "temporal") as server,
         punctual_on_temporal(sqlite_url, tmp_path, server.address) as running,
@@ -374,22 +374,19 @@ def test_runs_are_read_from_the_store_after_the_temporal_server_is_gone(
         fetched = api.get(f"/scheduled-starts/{start['id']}")
         assert fetched.status_code == 200, fetched.text
         assert fetched.json()["dispatch"]["run_id"] == done_id
-        # A run operation needs Temporal: refused as retryable, and nothing is recorded.
-        refused = api.post(f"/runs/{sleeping_id}/cancel", key="cancel-in-outage")
-        assert refused.status_code == 503, refused.text
-        assert refused.json()["error"]["code"] == "engine_unavailable"
-        assert run_of(api, sleeping_id)["cancel_requested"] is False
+        # The cancel is the user's decision: recorded now, although Temporal is down.
+        accepted = api.post(f"/runs/{sleeping_id}/cancel", key="cancel-in-outage")
+        assert accepted.status_code == 200, accepted.text
+        assert accepted.json()["cancel_requested"] is True
+        assert run_of(api, sleeping_id)["cancel_requested"] is True
+        assert run_of(api, sleeping_id)["state"] == "running"
 
         server.start()
 
-        # The same request (same key) is not answered from a recorded 503: it is retried.
-        def cancel_accepted() -> dict[str, Any] | None:
-            retried = api.post(f"/runs/{sleeping_id}/cancel", key="cancel-in-outage")
-            assert retried.status_code in (200, 503), retried.text
-            return retried.json() if retried.status_code == 200 else None
-
-        accepted = poll("the cancel to be accepted after the outage", cancel_accepted)
-        assert accepted["cancel_requested"] is True
+        # The retry replays the recorded answer; the sync sends the cancel to Temporal.
+        replayed = api.post(f"/runs/{sleeping_id}/cancel", key="cancel-in-outage")
+        assert replayed.status_code == 200, replayed.text
+        assert replayed.json() == accepted.json()
         run = wait_run(api, sleeping_id, finished, "to end after the cancel")
         assert run["state"] == "canceled", run
         assert run_of(api, done_id) == done
