@@ -10,6 +10,7 @@ from punctual.errors import InvalidRequest
 
 T = TypeVar("T")
 MAX_LIMIT = 100
+BIGINT_MAX = 2**63 - 1  # the largest value a 64-bit column (sequences, versions) holds
 
 
 def check_limit(limit: int) -> int:
@@ -31,16 +32,22 @@ def check_choice(name: str, value: str | None, allowed: list[str]) -> None:
 
 
 def decode_cursor(cursor: str | None) -> int:
+    """The sequence a cursor of ``encode_cursor`` wraps; anything else is ``invalid_cursor``.
+
+    Only what ``encode_cursor`` makes is accepted: a sequence of ASCII digits that a 64-bit
+    column holds (a larger number would overflow PostgreSQL's ``bigint``).
+    """
     if not cursor:
         return 0
     try:
         raw = base64.urlsafe_b64decode(cursor.encode() + b"=" * (-len(cursor) % 4)).decode()
-        kind, _, seq = raw.partition(":")
-        if kind != "seq":
-            raise ValueError(kind)
-        return int(seq)
-    except (ValueError, UnicodeDecodeError) as exc:
-        raise InvalidRequest("cursor is not one this API returned", code="invalid_cursor") from exc
+    except (ValueError, UnicodeError):
+        raw = ""
+    kind, _, seq = raw.partition(":")
+    digits = seq.isascii() and seq.isdigit() and len(seq) <= len(str(BIGINT_MAX))
+    if kind != "seq" or not digits or int(seq) > BIGINT_MAX:
+        raise InvalidRequest("cursor is not one this API returned", code="invalid_cursor")
+    return int(seq)
 
 
 def encode_cursor(seq: int) -> str:

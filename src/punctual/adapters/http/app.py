@@ -88,8 +88,10 @@ def create_app(edge: Edge, metrics: Metrics, *, max_body_bytes: int = 1_048_576)
             with edge.services.store.transaction(readonly=True) as tx:
                 tx.identity.tenant_exists("default")
         except Exception as exc:
+            # Anyone may call the probe: the detail (URL, host, driver text) goes to the log.
+            errors.log.warning("event=readiness_failed detail=%s", exc)
             return JSONResponse(
-                errors.envelope("store_unavailable", f"the store is unreachable: {exc}"),
+                errors.envelope("store_unavailable", errors.GENERIC_MESSAGES["store_unavailable"]),
                 status_code=503,
             )
         return JSONResponse({"status": "ready"})

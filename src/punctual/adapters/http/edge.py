@@ -33,11 +33,15 @@ from punctual.usecases.idempotency import (
     Outcome,
     RecordedError,
 )
+from punctual.usecases.paging import BIGINT_MAX
 
 log = logging.getLogger("punctual.http")
 
 M = TypeVar("M", bound=BaseModel)
 _MAX_KEY_LENGTH = 255
+# Body fields whose content is protected input: a problem inside one is located at the field,
+# never at the input's own keys, which can be personal data (SPEC FT-4).
+_PROTECTED_FIELDS = frozenset({"input"})
 
 
 @dataclass
@@ -51,9 +55,35 @@ class Edge:
         principal = identity.authenticate(
             self.services, token.strip() if scheme.lower() == "bearer" else None
         )
+        refuse_unstorable_parameters(request)
         if tenant is not None:
             check_tenant(principal, tenant)
         return principal
+
+
+def refuse_unstorable_parameters(request: Request) -> None:
+    """Path and query strings with U+0000 are 422 on every store (SPEC FT-3).
+
+    PostgreSQL's text and JSONB cannot hold U+0000, so such a string would fail in the
+    store (a 500) on one store only. Checked once here, right after authentication, for
+    every ``/v1`` route, so no route lets one reach the store or an error message.
+    """
+    for location, items in (
+        ("path", list(request.path_params.items())),
+        ("query", request.query_params.multi_items()),
+    ):
+        for name, value in items:
+            if "\x00" in name:
+                raise _nul_error([location], f"a {location} parameter's name")
+            if isinstance(value, str) and "\x00" in value:
+                raise _nul_error([location, name], f"{location} parameter {name!r}")
+
+
+def _nul_error(loc: list[str], what: str) -> InvalidRequest:
+    return InvalidRequest(
+        f"{what} contains the character U+0000, which punctual does not store",
+        errors=[{"loc": loc, "msg": "contains U+0000", "type": "string_nul"}],
+    )
 
 
 def check_tenant(principal: Principal, tenant: str) -> None:
@@ -100,15 +130,72 @@ def fingerprint(request: Request, raw_body: bytes) -> str:
     return hashlib.sha256(json.dumps(material, sort_keys=True).encode()).hexdigest()
 
 
-def parse_body(raw: bytes, model: type[M], *, host_owned_check: bool = False) -> M:
+def load_json(raw: bytes) -> Any:
+    """The body's JSON, refusing what no store and no field can take (SPEC FT-3, FT-7).
+
+    Python's ``json`` accepts ``NaN``, ``Infinity`` and ``-Infinity``, which are not JSON
+    (RFC 8259) and no numeric field can hold; they are refused while parsing. Strings
+    (object keys included) with U+0000 or an unpaired surrogate are refused here too:
+    PostgreSQL cannot store the first, no store can encode the second.
+    """
     try:
-        data = json.loads(raw) if raw.strip() else None
+        data = json.loads(raw, parse_constant=_refuse_constant) if raw.strip() else None
     except (ValueError, RecursionError) as exc:
         reason = "it is nested too deeply" if isinstance(exc, RecursionError) else str(exc)
         raise InvalidRequest(
             f"the body is not valid JSON: {reason}",
             errors=[{"loc": ["body"], "msg": "malformed JSON", "type": "json_invalid"}],
         ) from exc
+    problem = _unstorable_text(data, [])
+    if problem is not None:
+        loc, kind = problem
+        if loc and loc[0] in _PROTECTED_FIELDS:
+            loc = loc[:1]
+        where = ".".join(str(part) for part in loc) or "the body"
+        raise InvalidRequest(
+            f"{where} contains {kind}, which punctual does not store",
+            errors=[{"loc": ["body", *loc], "msg": f"contains {kind}", "type": "string_nul"}],
+        )
+    return data
+
+
+def _refuse_constant(name: str) -> Any:
+    raise ValueError(f"{name} is not a JSON number; send a finite number")
+
+
+def _unstorable_text(value: Any, loc: list[str | int]) -> tuple[list[str | int], str] | None:
+    """The location of the first string U+0000 or an unpaired surrogate, if any."""
+    if isinstance(value, str):
+        kind = _text_problem(value)
+        return (loc, kind) if kind else None
+    if isinstance(value, dict):
+        for key, item in value.items():
+            kind = _text_problem(key)
+            if kind:
+                return (loc, f"a key with {kind}")
+            found = _unstorable_text(item, [*loc, key])
+            if found:
+                return found
+    elif isinstance(value, list):
+        for index, item in enumerate(value):
+            found = _unstorable_text(item, [*loc, index])
+            if found:
+                return found
+    return None
+
+
+def _text_problem(text: str) -> str | None:
+    if "\x00" in text:
+        return "the character U+0000"
+    try:
+        text.encode("utf-8")
+    except UnicodeEncodeError:
+        return "an unpaired surrogate"
+    return None
+
+
+def parse_body(raw: bytes, model: type[M], *, host_owned_check: bool = False) -> M:
+    data = load_json(raw)
     if not isinstance(data, dict):
         raise InvalidRequest(
             "the body must be a JSON object",
@@ -138,13 +225,32 @@ def parse_limit(value: str | None, default: int = 50, name: str = "limit") -> in
     """Parsed here, after authentication, so a bad query never answers before a 401."""
     if value is None:
         return default
-    try:
-        return int(value)
-    except ValueError:
+    if not _is_whole_number(value):
         raise InvalidRequest(
-            f"{name} must be a whole number from 1 to 100, not {value!r}",
+            f"{name} must be a whole number from 1 to 100",
             errors=[{"loc": ["query", name], "msg": "not an integer", "type": "int_parsing"}],
-        ) from None
+        )
+    return int(value)
+
+
+def parse_whole_number(
+    value: str, name: str, *, minimum: int = 0, maximum: int = BIGINT_MAX
+) -> int:
+    """A whole number from a query parameter: ASCII digits only, within the bounds.
+
+    ``int()`` alone also takes ``+1``, `` 1``, ``1_0`` and other scripts' digits, and
+    ``str.isdigit`` passes ``²``, which ``int()`` then refuses; neither may reach a 500.
+    """
+    if not _is_whole_number(value) or not minimum <= int(value) <= maximum:
+        raise InvalidRequest(
+            f"{name} must be a whole number from {minimum} to {maximum}",
+            errors=[{"loc": ["query", name], "msg": "not a whole number", "type": "int_parsing"}],
+        )
+    return int(value)
+
+
+def _is_whole_number(value: str) -> bool:
+    return value.isascii() and value.isdigit() and len(value) <= 20
 
 
 def json_response(outcome: Outcome) -> Response:

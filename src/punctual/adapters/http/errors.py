@@ -27,6 +27,14 @@ _STATUS: list[tuple[type[e.PunctualError], int]] = [
 ]
 
 
+# Errors whose message is for the operator (a database URL, a host, a driver's text): the
+# client gets the generic message below and the log gets the detail (SPEC SEC-4).
+GENERIC_MESSAGES = {
+    "store_unavailable": "the database is unavailable; retry the same request later",
+    "engine_unavailable": "the workflow engine is unavailable; retry the same request later",
+}
+
+
 def status_for(error: e.PunctualError) -> int:
     for cls, status in _STATUS:
         if isinstance(error, cls):
@@ -43,10 +51,12 @@ def body_for(error: e.PunctualError) -> dict[str, Any]:
     if error.code == "validation_error" and "errors" not in details:
         # Every validation_error lists its problems, however it was raised.
         details["errors"] = [{"loc": [], "msg": error.message, "type": "value_error"}]
-    return envelope(error.code, error.message, details)
+    return envelope(error.code, GENERIC_MESSAGES.get(error.code, error.message), details)
 
 
 def response_for(error: e.PunctualError) -> JSONResponse:
+    if error.code in GENERIC_MESSAGES:
+        log.warning("event=http_unavailable code=%s detail=%s", error.code, error.message)
     headers = {"WWW-Authenticate": "Bearer"} if isinstance(error, e.Unauthenticated) else None
     return JSONResponse(body_for(error), status_code=status_for(error), headers=headers)
 

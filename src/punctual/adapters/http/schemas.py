@@ -5,12 +5,31 @@ from __future__ import annotations
 from datetime import datetime
 from typing import Annotated, Any
 
-from pydantic import BaseModel, ConfigDict, Field, StringConstraints
+from pydantic import (
+    AfterValidator,
+    BaseModel,
+    ConfigDict,
+    Field,
+    StrictBool,
+    StrictStr,
+    StringConstraints,
+)
 
+from punctual.usecases.paging import BIGINT_MAX
 from punctual.usecases.schedules import CreateSchedule
 from punctual.usecases.starts import CancelStart, CreateStart, RescheduleStart
 
 Label = Annotated[str, StringConstraints(max_length=500)]
+
+# Bounds that keep numbers inside what the store's columns and Python's ``datetime`` and
+# ``timedelta`` hold, so an absurd value is a 422 and never an overflow (a 500, SPEC FT-7).
+MAX_SPAN_MS = 10 * 366 * 86_400_000  # ten years: an interval, a grace, a catch-up window
+MAX_SPAN_SECONDS = MAX_SPAN_MS // 1000
+# A resource's version, as the contract has it: a JSON integer, 1 to a 64-bit column's maximum.
+Version = Annotated[int, Field(strict=True, ge=1, le=BIGINT_MAX)]
+Milliseconds = Annotated[int, Field(le=MAX_SPAN_MS)]
+Seconds = Annotated[float, Field(le=MAX_SPAN_SECONDS)]
+Count = Annotated[int, Field(le=BIGINT_MAX)]
 
 
 class _Body(BaseModel):
@@ -24,6 +43,23 @@ class _Body(BaseModel):
 
 
 class CreateStartBody(_Body):
+    model_config = ConfigDict(
+        extra="forbid",
+        json_schema_extra={
+            "examples": [
+                {
+                    "workflow": "echo",
+                    "input": {"message": "hi"},
+                    "business_request_id": "appt-42",
+                    "start_at": "2036-12-01T07:00:00+01:00",
+                    "time_zone": "Europe/Berlin",
+                    "workload_class": "standard",
+                    "attributes": {"customer": "c-17"},
+                }
+            ]
+        },
+    )
+
     workflow: str = Field(min_length=1, max_length=200)
     input: Any
     business_request_id: str = Field(min_length=1, max_length=200)
@@ -51,7 +87,7 @@ class CreateStartBody(_Body):
 
 
 class RescheduleBody(_Body):
-    version: int = Field(ge=1)
+    version: Version
     start_at: datetime
     time_zone: str | None = Field(default=None, max_length=64)
 
@@ -60,7 +96,7 @@ class RescheduleBody(_Body):
 
 
 class CancelBody(_Body):
-    version: int = Field(ge=1)
+    version: Version
     reason: str | None = Field(default=None, max_length=300)
 
     def command(self, start_id: str) -> CancelStart:
@@ -91,8 +127,29 @@ class CronSpecBody(BaseModel):
 
 class IntervalSpecBody(BaseModel):
     model_config = ConfigDict(extra="forbid")
-    interval_ms: int
+    interval_ms: Annotated[int, Field(strict=True, le=MAX_SPAN_MS)]
     starts_at: datetime | None = None
+
+
+def check_spec(spec: Any) -> Any:
+    """Check the types and bounds of an interval spec; the rest is the use case's to judge.
+
+    ``interval_ms`` must be a JSON integer of at most ten years (a float such as ``1e20``
+    or a huge integer would overflow a ``timedelta``) and ``starts_at`` a string or null.
+    The minimum interval (``interval_too_short``) stays the use case's rule, with its code.
+    """
+    if isinstance(spec, dict) and "interval_ms" in spec:
+        interval = spec["interval_ms"]
+        if isinstance(interval, bool) or not isinstance(interval, int) or interval > MAX_SPAN_MS:
+            raise ValueError(
+                f"spec.interval_ms must be a whole number of milliseconds up to {MAX_SPAN_MS}"
+            )
+        if not isinstance(spec.get("starts_at"), str | None):
+            raise ValueError("spec.starts_at must be an RFC 3339 timestamp with an offset")
+    return spec
+
+
+Spec = Annotated[dict[str, Any], AfterValidator(check_spec)]
 
 
 class RegressionMetric(BaseModel):
@@ -108,19 +165,52 @@ class RegressionBody(BaseModel):
 class CreateScheduleBody(_Body):
     """``overlap`` and ``missed`` have no default: behaviour after downtime is a choice."""
 
+    model_config = ConfigDict(
+        extra="forbid",
+        json_schema_extra={
+            "examples": [
+                {
+                    "name": "nightly-scores",
+                    "workflow": "score",
+                    "input": {"score": 0.9},
+                    "spec": {"cron": "30 2 * * 1-5", "time_zone": "America/New_York"},
+                    "overlap": "skip",
+                    "missed": "catch_up",
+                    "max_catch_up": 10,
+                    "catch_up_window": 86400,
+                    "misfire_grace_ms": 60000,
+                    "enabled": True,
+                    "version_policy": "active_at_fire",
+                    "workload_class": "standard",
+                    "regression": {
+                        "metrics": [{"path": "metrics.score", "better": "higher", "tolerance": 0.0}]
+                    },
+                },
+                {
+                    "name": "every-minute",
+                    "workflow": "echo",
+                    "input": {"message": "tick"},
+                    "spec": {"interval_ms": 60000},
+                    "overlap": "buffer_one",
+                    "missed": "skip",
+                },
+            ]
+        },
+    )
+
     name: str = Field(min_length=1, max_length=200)
     workflow: str = Field(min_length=1, max_length=200)
     input: Any
-    spec: dict[str, Any] = Field(
+    spec: Spec = Field(
         json_schema_extra={
             "oneOf": [CronSpecBody.model_json_schema(), IntervalSpecBody.model_json_schema()]
         }
     )
     overlap: str | None = None
     missed: str | None = None
-    max_catch_up: int = 10
-    catch_up_window: float | None = None
-    misfire_grace_ms: int = 60_000
+    max_catch_up: Count = 10
+    catch_up_window: Seconds | None = None
+    misfire_grace_ms: Milliseconds = 60_000
     enabled: bool = True
     version_policy: str = "active_at_fire"
     workload_class: str = Field(default="standard", min_length=1, max_length=64)
@@ -144,15 +234,42 @@ class CreateScheduleBody(_Body):
         )
 
 
+StrictMilliseconds = Annotated[int, Field(strict=True, le=MAX_SPAN_MS)]
+StrictSeconds = (
+    Annotated[int, Field(strict=True, le=MAX_SPAN_SECONDS)]
+    | Annotated[float, Field(strict=True, le=MAX_SPAN_SECONDS)]
+)
+
+
 class PatchScheduleBody(BaseModel):
-    """``version`` plus the fields to change; which fields may change is the use case's rule."""
+    """``version`` plus the fields to change; which fields may change is the use case's rule.
+
+    The editable fields are typed strictly (a JSON value of the field's own kind, never
+    coerced), so a ``"name": 5`` is a 422 here and the use case receives what was sent.
+    """
 
     model_config = ConfigDict(extra="allow")
-    version: int = Field(ge=1)
+    version: Version
+    name: StrictStr | None = Field(default=None, min_length=1, max_length=200)
+    workflow: StrictStr | None = Field(default=None, min_length=1, max_length=200)
+    input: Any = None
+    spec: Spec | None = None
+    overlap: StrictStr | None = None
+    missed: StrictStr | None = None
+    max_catch_up: Annotated[int, Field(strict=True, le=BIGINT_MAX)] | None = None
+    catch_up_window: StrictSeconds | None = None
+    misfire_grace_ms: StrictMilliseconds | None = None
+    enabled: StrictBool | None = None
+    version_policy: StrictStr | None = None
+    workload_class: StrictStr | None = Field(default=None, min_length=1, max_length=64)
+    regression: dict[str, Any] | None = None
 
     def changes(self) -> dict[str, Any]:
-        return dict(self.model_extra or {})
+        """The fields the request sent (the ``None`` defaults are never applied), and the
+        unknown ones, which the use case names in its refusal."""
+        sent = {name: getattr(self, name) for name in self.model_fields_set - {"version"}}
+        return sent | dict(self.model_extra or {})
 
 
 class VersionBody(_Body):
-    version: int = Field(ge=1)
+    version: Version

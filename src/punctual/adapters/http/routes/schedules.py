@@ -5,12 +5,29 @@ from __future__ import annotations
 from datetime import datetime
 from typing import Annotated, Any
 
-from fastapi import APIRouter, Depends, Request
+from fastapi import APIRouter, Depends, Request, Security
 from fastapi.responses import Response
 
-from punctual.adapters.http.edge import Edge, parse_body, parse_limit, run_mutation
-from punctual.adapters.http.routes.common import IDEMPOTENCY_DOC, body_doc, get_edge, raw_body
-from punctual.adapters.http.schemas import CreateScheduleBody, PatchScheduleBody, VersionBody
+from punctual.adapters.http.edge import (
+    Edge,
+    parse_body,
+    parse_limit,
+    parse_whole_number,
+    run_mutation,
+)
+from punctual.adapters.http.routes.common import (
+    BEARER,
+    IDEMPOTENCY_DOC,
+    get_edge,
+    mutation_doc,
+    raw_body,
+)
+from punctual.adapters.http.schemas import (
+    MAX_SPAN_MS,
+    CreateScheduleBody,
+    PatchScheduleBody,
+    VersionBody,
+)
 from punctual.domain.permissions import Principal
 from punctual.domain.timeutil import parse_rfc3339
 from punctual.errors import InvalidRequest, not_found
@@ -18,7 +35,9 @@ from punctual.ports.store import Tx
 from punctual.usecases import schedules
 from punctual.usecases.idempotency import Mutation, Outcome
 
-router = APIRouter(prefix="/v1/tenants/{tenant}", tags=["schedules"])
+router = APIRouter(
+    prefix="/v1/tenants/{tenant}", tags=["schedules"], dependencies=[Security(BEARER)]
+)
 EdgeDep = Annotated[Edge, Depends(get_edge)]
 BodyDep = Annotated[bytes, Depends(raw_body)]
 
@@ -31,7 +50,7 @@ def _existing(tx: Tx, principal: Principal, schedule_id: str) -> None:
 @router.post(
     "/schedules",
     status_code=201,
-    openapi_extra=body_doc(CreateScheduleBody),
+    openapi_extra=mutation_doc(CreateScheduleBody),
     description=IDEMPOTENCY_DOC,
 )
 def create_schedule(tenant: str, request: Request, edge: EdgeDep, raw: BodyDep) -> Response:
@@ -64,7 +83,7 @@ def list_schedules(
 
 @router.patch(
     "/schedules/{schedule_id}",
-    openapi_extra=body_doc(PatchScheduleBody),
+    openapi_extra=mutation_doc(PatchScheduleBody),
     description="Content edits: creator or admin. " + IDEMPOTENCY_DOC,
 )
 def patch_schedule(
@@ -105,7 +124,7 @@ router.add_api_route(
     "/schedules/{schedule_id}/pause",
     _toggle(False),
     methods=["POST"],
-    openapi_extra=body_doc(VersionBody),
+    openapi_extra=mutation_doc(VersionBody),
     description="Stop generating occurrences; queued ones still run. " + IDEMPOTENCY_DOC,
     name="pause_schedule",
 )
@@ -113,13 +132,18 @@ router.add_api_route(
     "/schedules/{schedule_id}/resume",
     _toggle(True),
     methods=["POST"],
-    openapi_extra=body_doc(VersionBody),
+    openapi_extra=mutation_doc(VersionBody),
     description="Generate again, applying the missed policy. " + IDEMPOTENCY_DOC,
     name="resume_schedule",
 )
 
 
-@router.delete("/schedules/{schedule_id}", status_code=204, description=IDEMPOTENCY_DOC)
+@router.delete(
+    "/schedules/{schedule_id}",
+    status_code=204,
+    openapi_extra=mutation_doc(),
+    description=IDEMPOTENCY_DOC,
+)
 def delete_schedule(
     tenant: str,
     schedule_id: str,
@@ -131,12 +155,13 @@ def delete_schedule(
     def build(principal: Principal) -> Mutation:
         def mutation(tx: Tx, now: Any) -> Outcome:
             _existing(tx, principal, schedule_id)
-            if version is None or not version.isdigit() or int(version) < 1:
+            if version is None:
                 raise InvalidRequest(
                     "send the schedule's current version as ?version=N",
                     errors=[{"loc": ["query", "version"], "msg": "required", "type": "missing"}],
                 )
-            return schedules.delete(edge.services, principal, schedule_id, int(version))(tx, now)
+            current = parse_whole_number(version, "version", minimum=1)
+            return schedules.delete(edge.services, principal, schedule_id, current)(tx, now)
 
         return mutation
 
@@ -160,7 +185,7 @@ def list_occurrences(
 
 @router.post(
     "/schedules/{schedule_id}/occurrences/{occurrence_id}/cancel",
-    openapi_extra=body_doc(VersionBody),
+    openapi_extra=mutation_doc(VersionBody),
     description=IDEMPOTENCY_DOC,
 )
 def cancel_occurrence(
@@ -206,17 +231,20 @@ def schedule_preview(
         spec = {"cron": cron, "time_zone": time_zone or "UTC"}
         spec.update({k: v for k, v in (("dst_gap", dst_gap), ("dst_overlap", dst_overlap)) if v})
     elif interval_ms is not None:
-        if not interval_ms.isdigit():
-            raise InvalidRequest(
-                "interval_ms must be a whole number of milliseconds",
-                errors=[{"loc": ["query", "interval_ms"], "msg": "integer", "type": "int"}],
-            )
-        spec = {"interval_ms": int(interval_ms)}
+        spec = {"interval_ms": parse_whole_number(interval_ms, "interval_ms", maximum=MAX_SPAN_MS)}
         start = _instant(starts_at, "starts_at")
         if start is not None:
             spec["starts_at"] = start
     number = parse_limit(count, default=schedules.PREVIEW_DEFAULT_COUNT, name="count")
-    return schedules.preview(spec, after, number)
+    try:
+        return schedules.preview(spec, after, number)
+    except OverflowError:
+        # Fire times past the year 9999 exist in no calendar Python (or the store) holds.
+        raise InvalidRequest(
+            "the preview's fire times would pass the year 9999; choose an earlier 'from' "
+            "or 'starts_at', or fewer fire times",
+            errors=[{"loc": ["query"], "msg": "beyond the year 9999", "type": "datetime_range"}],
+        ) from None
 
 
 def _instant(value: str | None, name: str) -> datetime | None:

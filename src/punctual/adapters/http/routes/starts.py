@@ -4,11 +4,17 @@ from __future__ import annotations
 
 from typing import Annotated, Any
 
-from fastapi import APIRouter, Depends, Request
+from fastapi import APIRouter, Depends, Request, Security
 from fastapi.responses import Response
 
 from punctual.adapters.http.edge import Edge, parse_body, parse_limit, run_mutation
-from punctual.adapters.http.routes.common import IDEMPOTENCY_DOC, body_doc, get_edge, raw_body
+from punctual.adapters.http.routes.common import (
+    BEARER,
+    IDEMPOTENCY_DOC,
+    get_edge,
+    mutation_doc,
+    raw_body,
+)
 from punctual.adapters.http.schemas import CancelBody, CreateStartBody, RescheduleBody
 from punctual.domain.permissions import Principal
 from punctual.errors import not_found
@@ -16,13 +22,17 @@ from punctual.ports.store import Tx
 from punctual.usecases import starts
 from punctual.usecases.idempotency import Mutation, Outcome
 
-router = APIRouter(prefix="/v1/tenants/{tenant}/scheduled-starts", tags=["scheduled starts"])
+router = APIRouter(
+    prefix="/v1/tenants/{tenant}/scheduled-starts",
+    tags=["scheduled starts"],
+    dependencies=[Security(BEARER)],
+)
 EdgeDep = Annotated[Edge, Depends(get_edge)]
 BodyDep = Annotated[bytes, Depends(raw_body)]
 
 
 @router.post(
-    "", status_code=201, openapi_extra=body_doc(CreateStartBody), description=IDEMPOTENCY_DOC
+    "", status_code=201, openapi_extra=mutation_doc(CreateStartBody), description=IDEMPOTENCY_DOC
 )
 def create_start(tenant: str, request: Request, edge: EdgeDep, raw: BodyDep) -> Response:
     def build(principal: Principal) -> Mutation:
@@ -41,7 +51,9 @@ def _existing(tx: Tx, principal: Principal, start_id: str) -> None:
 
 
 @router.post(
-    "/{start_id}/reschedule", openapi_extra=body_doc(RescheduleBody), description=IDEMPOTENCY_DOC
+    "/{start_id}/reschedule",
+    openapi_extra=mutation_doc(RescheduleBody),
+    description=IDEMPOTENCY_DOC,
 )
 def reschedule_start(
     tenant: str, start_id: str, request: Request, edge: EdgeDep, raw: BodyDep
@@ -57,7 +69,9 @@ def reschedule_start(
     return run_mutation(edge, request, raw, tenant, build)
 
 
-@router.post("/{start_id}/cancel", openapi_extra=body_doc(CancelBody), description=IDEMPOTENCY_DOC)
+@router.post(
+    "/{start_id}/cancel", openapi_extra=mutation_doc(CancelBody), description=IDEMPOTENCY_DOC
+)
 def cancel_start(
     tenant: str, start_id: str, request: Request, edge: EdgeDep, raw: BodyDep
 ) -> Response:

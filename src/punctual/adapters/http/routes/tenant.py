@@ -4,18 +4,24 @@ from __future__ import annotations
 
 from typing import Annotated, Any
 
-from fastapi import APIRouter, Depends, Request
+from fastapi import APIRouter, Depends, Request, Security
 from fastapi.responses import Response
 
 from punctual.adapters.http.edge import Edge, parse_body, parse_limit, run_mutation
-from punctual.adapters.http.routes.common import IDEMPOTENCY_DOC, body_doc, get_edge, raw_body
+from punctual.adapters.http.routes.common import (
+    BEARER,
+    IDEMPOTENCY_DOC,
+    get_edge,
+    mutation_doc,
+    raw_body,
+)
 from punctual.adapters.http.schemas import MemberBody, TokenBody
 from punctual.domain.permissions import Principal
 from punctual.ports.store import Tx
 from punctual.usecases import definitions, health, identity
 from punctual.usecases.idempotency import Mutation, Outcome
 
-router = APIRouter(prefix="/v1/tenants/{tenant}", tags=["tenant"])
+router = APIRouter(prefix="/v1/tenants/{tenant}", tags=["tenant"], dependencies=[Security(BEARER)])
 EdgeDep = Annotated[Edge, Depends(get_edge)]
 BodyDep = Annotated[bytes, Depends(raw_body)]
 
@@ -27,7 +33,7 @@ def list_definitions(tenant: str, request: Request, edge: EdgeDep) -> dict[str, 
 
 
 @router.post(
-    "/members", status_code=201, openapi_extra=body_doc(MemberBody), description=IDEMPOTENCY_DOC
+    "/members", status_code=201, openapi_extra=mutation_doc(MemberBody), description=IDEMPOTENCY_DOC
 )
 def add_member(tenant: str, request: Request, edge: EdgeDep, raw: BodyDep) -> Response:
     def build(principal: Principal) -> Mutation:
@@ -40,7 +46,12 @@ def add_member(tenant: str, request: Request, edge: EdgeDep, raw: BodyDep) -> Re
     return run_mutation(edge, request, raw, tenant, build)
 
 
-@router.delete("/members/{subject}", status_code=204, description=IDEMPOTENCY_DOC)
+@router.delete(
+    "/members/{subject}",
+    status_code=204,
+    openapi_extra=mutation_doc(),
+    description=IDEMPOTENCY_DOC,
+)
 def remove_member(
     tenant: str, subject: str, request: Request, edge: EdgeDep, raw: BodyDep
 ) -> Response:
@@ -51,7 +62,7 @@ def remove_member(
 
 
 @router.post(
-    "/tokens", status_code=201, openapi_extra=body_doc(TokenBody), description=IDEMPOTENCY_DOC
+    "/tokens", status_code=201, openapi_extra=mutation_doc(TokenBody), description=IDEMPOTENCY_DOC
 )
 def create_token(tenant: str, request: Request, edge: EdgeDep, raw: BodyDep) -> Response:
     def build(principal: Principal) -> Mutation:
@@ -78,7 +89,12 @@ def list_tokens(
     return identity.list_tokens(edge.services, principal, parse_limit(limit), cursor)
 
 
-@router.delete("/tokens/{token_id}", status_code=204, description=IDEMPOTENCY_DOC)
+@router.delete(
+    "/tokens/{token_id}",
+    status_code=204,
+    openapi_extra=mutation_doc(),
+    description=IDEMPOTENCY_DOC,
+)
 def revoke_token(
     tenant: str, token_id: str, request: Request, edge: EdgeDep, raw: BodyDep
 ) -> Response:
@@ -94,7 +110,11 @@ def tenant_health(tenant: str, request: Request, edge: EdgeDep) -> dict[str, Any
     return health.report(edge.services, principal)
 
 
-@router.post("/health/findings/{finding_id}/acknowledge", description=IDEMPOTENCY_DOC)
+@router.post(
+    "/health/findings/{finding_id}/acknowledge",
+    openapi_extra=mutation_doc(),
+    description=IDEMPOTENCY_DOC,
+)
 def acknowledge_finding(
     tenant: str, finding_id: str, request: Request, edge: EdgeDep, raw: BodyDep
 ) -> Response:
