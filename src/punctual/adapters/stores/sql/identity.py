@@ -76,11 +76,12 @@ class SqlIdentity:
     def principal_for_digest(self, digest: str, now: datetime) -> Principal | None:
         """The live principal behind a token digest (not revoked, not expired, still a member).
 
-        The digest is an indexed equality lookup of a SHA-256 of a 256-bit secret, so the
-        comparison leaks nothing useful; callers still compare in constant time.
+        An indexed equality lookup of the SHA-256 digest of the presented secret: its timing
+        can only reveal how the presented digest compares with stored digests, which does
+        not help find a 256-bit random secret (see ``usecases.identity.authenticate``).
         """
         query = (
-            sa.select(t.tokens.c.tenant, t.tokens.c.subject, t.members.c.role, t.tokens.c.digest)
+            sa.select(t.tokens.c.tenant, t.tokens.c.subject, t.members.c.role)
             .join(
                 t.members,
                 sa.and_(
