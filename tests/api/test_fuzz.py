@@ -1,0 +1,197 @@
+"""A bounded property-based fuzz run of every route from the app's own ``/openapi.json``
+(SPEC FT-7, SEC-4): whatever a client sends, punctual answers a 4xx or a success, never
+a 5xx. Runs on SQLite and on PostgreSQL (U+0000 and overflowing numbers failed on one
+store only).
+
+How the run reaches the code rather than the first refusal:
+
+- every request carries a valid bearer token and a fresh ``Idempotency-Key``, so
+  mutations really run (a generated key would often repeat and replay, or be refused);
+- ``tenant`` is the fuzzer's own tenant, and about half of the cases replace the other
+  path parameters with ids that exist (a schedule, a start, a member, a token), so the
+  body parsing behind the existence check is reached too;
+- both schemathesis modes: bodies and parameters that fit the schema and that do not.
+
+The fuzzer is an admin of its tenant: only an admin reaches every route. Its credentials
+must outlive the run, so the only requests it does not send are the three that would
+lock it out: removing its own membership, changing its own role, revoking its own token.
+Every other member, token and resource of the tenant is fair game. The run ends by
+checking that the fuzzer's token still works, so a lock-out cannot hide as a run of 401s.
+
+Bounded: ``PUNCTUAL_FUZZ_EXAMPLES`` cases per operation and generation mode (default 12,
+about 30-45 s per store on a CI machine), derandomized so that CI runs the same cases
+every time; set ``PUNCTUAL_FUZZ_EXAMPLES`` higher (and ``PUNCTUAL_FUZZ_RANDOM=1``) to
+fuzz longer locally. Each test gets a fresh database, so the run leaves nothing behind.
+"""
+
+from __future__ import annotations
+
+import os
+import secrets
+from collections.abc import Iterator
+from dataclasses import dataclass, field
+from typing import Any
+
+import pytest
+import schemathesis
+from fastapi import FastAPI
+from fastapi.testclient import TestClient
+from hypothesis import HealthCheck, Phase, Verbosity, given, settings
+from hypothesis import strategies as st
+from hypothesis.errors import Unsatisfiable
+from schemathesis import Case, GenerationMode
+from schemathesis.checks import not_a_server_error
+from schemathesis.transport.prepare import get_exclude_headers
+
+from punctual import bootstrap
+from punctual.domain.permissions import Role
+from punctual.usecases import identity
+from tests.support.api import Api, echo_start, register_demo
+
+TENANT = "fuzz"
+FUZZER = "fuzzer"
+EXAMPLES = int(os.environ.get("PUNCTUAL_FUZZ_EXAMPLES", "12"))
+RANDOM = os.environ.get("PUNCTUAL_FUZZ_RANDOM", "") == "1"
+
+
+@dataclass
+class Target:
+    """The app under fuzzing, the fuzzer's credentials and ids that exist in its tenant."""
+
+    app: FastAPI
+    token: str
+    token_id: str
+    known: dict[str, str] = field(default_factory=dict)
+
+    def locks_the_fuzzer_out(self, case: Case) -> bool:
+        path = case.operation.path
+        method = case.method.upper()
+        params = case.path_parameters or {}
+        if method == "DELETE" and path.endswith("/members/{subject}"):
+            return params.get("subject") == FUZZER
+        if method == "DELETE" and path.endswith("/tokens/{token_id}"):
+            return params.get("token_id") == self.token_id
+        if method == "POST" and path.endswith("/members"):
+            return isinstance(case.body, dict) and case.body.get("subject") == FUZZER
+        return False
+
+
+@pytest.fixture
+def target(system: bootstrap.Punctual) -> Iterator[Target]:
+    register_demo(system)
+    fuzzer = identity.ensure_member_token(system.services, TENANT, FUZZER, Role.ADMIN)
+    app = system.http_app()
+    with TestClient(app, raise_server_exceptions=False) as client:
+        api = Api(client, fuzzer.token, TENANT)
+        alice = api.post("/members", {"subject": "alice", "role": "member"})
+        token = api.post("/tokens", {"subject": "alice"})
+        schedule = api.post(
+            "/schedules",
+            {
+                "name": "fuzzed",
+                "workflow": "echo",
+                "input": {"message": "tick"},
+                "spec": {"interval_ms": 60_000},
+                "overlap": "skip",
+                "missed": "catch_up",
+            },
+        )
+        start = api.post("/scheduled-starts", echo_start())
+        for response in (alice, token, schedule, start):
+            assert response.status_code == 201, response.text
+    known = {
+        "subject": "alice",
+        "token_id": token.json()["id"],
+        "schedule_id": schedule.json()["id"],
+        "start_id": start.json()["id"],
+    }
+    yield Target(app, fuzzer.token, fuzzer.id, known)
+
+
+def test_no_request_gets_a_server_error(target: Target) -> None:
+    schema = schemathesis.openapi.from_asgi("/openapi.json", target.app)
+    operations = [result.ok() for result in schema.get_all_operations()]
+    assert len(operations) >= 25, [op.label for op in operations]
+    for operation in operations:
+        for mode in (GenerationMode.POSITIVE, GenerationMode.NEGATIVE):
+            cases = operation.as_strategy(mode, path_parameters={"tenant": TENANT})
+            try:
+                _fuzz(target, cases)
+            except Unsatisfiable:
+                # Nothing to get wrong: no parameter or body besides the fixed tenant.
+                assert mode is GenerationMode.NEGATIVE, operation.label
+    with TestClient(target.app) as client:
+        still = Api(client, target.token, TENANT).get("/tokens")
+    assert still.status_code == 200, "the fuzzer locked itself out"
+
+
+def _fuzz(target: Target, cases: st.SearchStrategy[Case]) -> None:
+    @settings(
+        max_examples=EXAMPLES,
+        deadline=None,
+        derandomize=not RANDOM,
+        database=None,
+        phases=[Phase.explicit, Phase.generate],
+        suppress_health_check=list(HealthCheck),
+        verbosity=Verbosity.quiet,
+    )
+    @given(case=cases, existing=st.booleans(), spike=st.sampled_from(SPIKES), data=st.data())
+    def probe(case: Case, existing: bool, spike: str, data: st.DataObject) -> None:
+        if existing:
+            for name in case.path_parameters or {}:
+                if name in target.known:
+                    case.path_parameters[name] = target.known[name]
+        _spike(case, spike, data)
+        if target.locks_the_fuzzer_out(case) or get_exclude_headers(case):
+            # A case that drops the token or the key only meets the 401 or 400 of the edge
+            # (pinned by the API suites): the budget goes to the code behind it.
+            return
+        headers = {
+            "Authorization": f"Bearer {target.token}",
+            "Idempotency-Key": secrets.token_hex(16),
+        }
+        response = case.call(headers=headers)
+        case.validate_response(response, checks=[not_a_server_error], headers=headers)
+
+    probe()
+
+
+# What a generic generator rarely produces, though it failed on one store or the other:
+# U+0000 in any string (PostgreSQL) and numbers beyond 64 bits or a ``timedelta``.
+SPIKES = ("none", "none", "nul", "huge")
+
+
+def _spike(case: Case, spike: str, data: st.DataObject) -> None:
+    """Put U+0000 into one string of the request, or a huge number in place of one value."""
+    if spike == "none":
+        return
+    slots = [
+        (container, key)
+        for container in (case.path_parameters, case.query)
+        if isinstance(container, dict)
+        for key in container
+        if key != "tenant"
+    ]
+    slots += _body_slots(case.body)
+    if not slots:
+        return
+    container, key = data.draw(st.sampled_from(slots))
+    value = container[key]
+    if spike == "nul":
+        container[key] = f"{value}\x00" if isinstance(value, str) else "\x00"
+    elif container is case.path_parameters or container is case.query:
+        container[key] = str(10**30)
+    else:
+        container[key] = data.draw(st.sampled_from([10**30, -(10**30), 1e20, 1e300]))
+
+
+def _body_slots(value: Any) -> list[tuple[Any, Any]]:
+    """Every (container, key) of a JSON body's leaves, nested ones included."""
+    items: list[tuple[Any, Any]] = []
+    if isinstance(value, dict):
+        for key, item in value.items():
+            items += _body_slots(item) if isinstance(item, (dict, list)) else [(value, key)]
+    elif isinstance(value, list):
+        for index, item in enumerate(value):
+            items += _body_slots(item) if isinstance(item, (dict, list)) else [(value, index)]
+    return items
