@@ -21,7 +21,7 @@ from punctual.errors import Conflict
 from punctual.usecases import starts
 from punctual.usecases.dispatch import dispatch_due
 from punctual.usecases.idempotency import Outcome
-from tests.support.api import register_demo
+from tests.support.api import enroll, register_demo
 
 ROUNDS = 40
 ALICE = Principal("acme", "alice", Role.MEMBER)
@@ -62,6 +62,7 @@ def _race(actions: list[Callable[[], Any]]) -> list[Any]:
 @pytest.mark.slow
 def test_exactly_one_outcome_owns_each_version(system: bootstrap.Punctual) -> None:
     register_demo(system)
+    enroll(system, ALICE)
     # Pretend a worker has everything loaded, so a claim turns into a run.
     system.services.engine.loaded = lambda: {("echo", "1", "x")}  # type: ignore[method-assign]
     winners: dict[str, int] = {"dispatch": 0, "cancel": 0, "reschedule": 0}

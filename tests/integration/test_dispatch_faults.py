@@ -27,7 +27,7 @@ from punctual.ports.engine import Engine, EngineUnavailable, RunOrder
 from punctual.usecases import starts
 from punctual.usecases.dispatch import START_CHUNK, dispatch_due
 from tests.conftest import make_settings
-from tests.support.api import live_worker, register_demo
+from tests.support.api import enroll, live_worker, register_demo
 
 ALICE = Principal("acme", "alice", Role.MEMBER)
 
@@ -64,6 +64,7 @@ def system(database_url: str, tmp_path: Path) -> Iterator[bootstrap.Punctual]:
     built = bootstrap.build(settings)
     try:
         register_demo(built)
+        enroll(built, ALICE)
         live_worker(built)
         yield built
     finally:

@@ -19,7 +19,7 @@ from punctual.domain.permissions import Principal, Role
 from punctual.ports.engine import EngineUnavailable, RunOrder
 from punctual.usecases import health, starts
 from tests.conftest import make_settings
-from tests.support.api import register_demo
+from tests.support.api import enroll, register_demo
 
 
 class SwitchableEngine:
@@ -53,6 +53,7 @@ def test_an_outage_pauses_dispatch_and_charges_nothing(database_url: str, tmp_pa
         engine.loaded = lambda: {("echo", "1", "x")}  # type: ignore[method-assign]
         engine.down = True
         alice = Principal("acme", "alice", Role.MEMBER)
+        enroll(system, alice)
         ids = []
         for n in range(5):
             command = starts.CreateStart(

@@ -29,7 +29,7 @@ from punctual.usecases import runs, starts
 from punctual.usecases.dispatch import dispatch_due
 from punctual.usecases.idempotency import IdempotentRequest
 from tests.conftest import make_settings
-from tests.support.api import live_worker
+from tests.support.api import enroll, live_worker
 
 ALICE = Principal("acme", "alice", Role.MEMBER)
 BOB = Principal("acme", "bob", Role.MEMBER)
@@ -71,6 +71,7 @@ def system(database_url: str, tmp_path: Path) -> Iterator[bootstrap.Punctual]:
 
 
 def create_due(system: bootstrap.Punctual, n: int = 0) -> str:
+    enroll(system, ALICE, BOB)
     command = starts.CreateStart(
         workflow="echo",
         input={"message": f"m{n}"},

@@ -757,6 +757,43 @@ def test_removing_the_creator_auto_disables_their_schedules(rig: Rig) -> None:
     assert len(rig.occurrences(theirs)) == 1
 
 
+def test_a_removed_creators_generated_occurrence_and_start_do_not_run(rig: Rig) -> None:
+    """CR-3 at fire time: what a removed member created before leaving (an occurrence already
+    generated, a one-off start) never runs under their identity."""
+    sid = rig.every("generated-before-leaving")["id"]
+    rig.advance(MINUTE)
+    assert rig.generate().generated == 1
+    start = rig.alice.schedule_at(
+        "echo", TICK, rig.now - timedelta(seconds=1), business_request_id="left-behind"
+    )
+    with rig.system.store.transaction() as tx:
+        tx.identity.remove_member("acme", "alice")  # as DELETE /members does, minus auto-disable
+    report = rig.dispatch()
+    assert report.dispatched == []
+    assert sorted(report.failed) == sorted([rig.occurrences(sid)[0].id, start["id"]])
+    (occurrence,) = rig.occurrences(sid)
+    assert (occurrence.state, occurrence.last_error["code"]) == (
+        "failed",
+        "creator_access_revoked",
+    )
+    assert rig.admin.get_start(start["id"])["last_error"]["code"] == "creator_access_revoked"
+    status = assert_auto_disabled(rig, sid, version=2)
+    assert "alice" in status
+    assert rig.runs_of(sid) == []
+
+
+def test_a_creator_downgraded_to_viewer_auto_disables_at_fire(rig: Rig) -> None:
+    sid = rig.every("downgraded")["id"]
+    with rig.system.store.transaction() as tx:
+        tx.identity.upsert_member("acme", "alice", Role.VIEWER, rig.now)
+    rig.advance(MINUTE)
+    rig.generate()
+    rig.dispatch()
+    (occurrence,) = rig.occurrences(sid)
+    assert occurrence.last_error["code"] == "creator_access_revoked"
+    assert_auto_disabled(rig, sid, version=2)
+
+
 def test_a_transient_failure_never_disables(build_rig: Any) -> None:
     rig: Rig = build_rig(live=False)  # definitions registered, no live worker has them
     t0 = rig.now

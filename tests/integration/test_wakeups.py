@@ -18,6 +18,7 @@ from punctual import bootstrap
 from punctual.domain.permissions import Principal, Role
 from punctual.usecases import starts
 from tests.conftest import make_settings
+from tests.support.api import enroll
 
 
 @pytest.mark.postgres
@@ -39,6 +40,7 @@ def test_a_sleeping_runner_wakes_for_work_committed_elsewhere(pg_url: str, tmp_p
             workload_class="standard",
         )
         alice = Principal("acme", "alice", Role.MEMBER)
+        enroll(api, alice)
         created = api.mutations.run(None, starts.create(api.services, alice, command)).body
         deadline = time.monotonic() + 10
         while True:

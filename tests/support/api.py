@@ -12,7 +12,7 @@ import httpx
 from fastapi.testclient import TestClient
 
 from punctual import bootstrap
-from punctual.domain.permissions import Role
+from punctual.domain.permissions import Principal, Role
 from punctual.usecases import identity
 
 
@@ -130,3 +130,13 @@ def live_worker(system: bootstrap.Punctual) -> None:
         stopped_at=None,
     )
     register_worker(system.services, record, declared_definitions(app))
+
+
+def enroll(system: bootstrap.Punctual, *principals: Principal) -> None:
+    """Make principals that tests build by hand real members of their tenants: dispatch
+    checks that a start's creator may still create runs (CR-3)."""
+    now = system.services.clock.now()
+    with system.store.transaction() as tx:
+        for principal in principals:
+            tx.identity.ensure_tenant(principal.tenant, now)
+            tx.identity.upsert_member(principal.tenant, principal.subject, principal.role, now)

@@ -73,6 +73,15 @@ def engine_unavailable(detail: str) -> DispatchFailure:
     )
 
 
+def creator_access_revoked(subject: str) -> DispatchFailure:
+    return DispatchFailure(
+        "creator_access_revoked",
+        f"{subject}, who created it, is no longer a member of the tenant allowed to create "
+        "runs; an admin can transfer the schedule or create a new start",
+        FailureClass.CONFIGURATION,
+    )
+
+
 def input_undecryptable(key_id: str) -> DispatchFailure:
     return DispatchFailure(
         "input_undecryptable",

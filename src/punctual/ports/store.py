@@ -7,7 +7,7 @@ named test for each "must" below and runs over every adapter.
 
 from __future__ import annotations
 
-from collections.abc import Collection, Mapping, Sequence
+from collections.abc import Collection, Iterable, Mapping, Sequence
 from contextlib import AbstractContextManager
 from datetime import datetime
 from typing import Any, Protocol
@@ -50,6 +50,9 @@ class Identity(Protocol):
         """Add a member or change its role; True if the member is new."""
 
     def member_role(self, tenant: str, subject: str) -> Role | None: ...
+
+    def member_roles(self, members: Iterable[tuple[str, str]]) -> dict[tuple[str, str], Role]:
+        """Roles of (tenant, subject) pairs in one read; a pair that is no member is absent."""
 
     def remove_member(self, tenant: str, subject: str) -> bool: ...
 

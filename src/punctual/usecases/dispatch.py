@@ -31,6 +31,7 @@ from datetime import datetime, timedelta
 
 from punctual.domain import backoff, failures
 from punctual.domain.failures import DispatchFailure, FailureClass
+from punctual.domain.permissions import Action, Principal, Role, allowed
 from punctual.domain.runs import Definition, DefinitionState
 from punctual.domain.schedules import (
     OverlapDecision,
@@ -142,8 +143,11 @@ def dispatch_due(services: Services, runner_id: str, page_size: int) -> Dispatch
         with services.store.transaction(readonly=True) as tx:
             schedules = _schedules_of(tx, claims)
             definitions = _definitions_for(tx, claims, schedules)
+            creators = tx.identity.member_roles({(c.tenant, c.created_by) for c in claims})
         decisions = [
             _decide_alone(services, claim, definitions.get(_wanted(claim, schedules)), loaded)
+            if _may_create(creators.get((claim.tenant, claim.created_by)))
+            else NotDispatched(claim, failures.creator_access_revoked(claim.created_by))
             for claim in claims
         ]
     except Unavailable:
@@ -272,6 +276,12 @@ def _needs_schedule_lock(decision: Decision, schedules: dict[str, Schedule]) -> 
         and schedule is not None
         and schedule.policy.overlap is not OverlapPolicy.ALLOW_ALL
     )
+
+
+def _may_create(role: Role | None) -> bool:
+    """CR-3: runs carry their creator's identity, so the creator must still be allowed to
+    create them when they fire."""
+    return role is not None and allowed(Principal("", "", role), Action.CREATE)
 
 
 def _decide_alone(

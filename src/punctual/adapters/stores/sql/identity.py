@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+from collections.abc import Iterable
 from datetime import datetime
 
 import sqlalchemy as sa
@@ -45,6 +46,16 @@ class SqlIdentity:
         )
         role = self._conn.execute(query).scalar_one_or_none()
         return Role(role) if role is not None else None
+
+    def member_roles(self, members: Iterable[tuple[str, str]]) -> dict[tuple[str, str], Role]:
+        wanted = set(members)
+        if not wanted:
+            return {}
+        m = t.members.c
+        query = sa.select(m.tenant, m.subject, m.role).where(
+            sa.tuple_(m.tenant, m.subject).in_(sorted(wanted))
+        )
+        return {(r.tenant, r.subject): Role(r.role) for r in self._conn.execute(query)}
 
     def remove_member(self, tenant: str, subject: str) -> bool:
         result = self._conn.execute(
