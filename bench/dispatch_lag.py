@@ -127,9 +127,13 @@ def create_starts(system: Any, tag: str, due: datetime, count: int, spread: floa
     creating thousands of starts take tens of seconds (see create_throughput).
     """
     from punctual.domain.ids import new_id
+    from punctual.domain.permissions import Role
     from punctual.ports.records import NewStart
 
     services = system.services
+    with services.store.transaction() as tx:  # dispatch checks the creator is a member (CR-3)
+        tx.identity.ensure_tenant(TENANT, services.clock.now())
+        tx.identity.upsert_member(TENANT, "admin", Role.ADMIN, services.clock.now())
     for first in range(0, count, 500):
         with services.store.transaction() as tx:
             now = services.clock.now()
