@@ -82,7 +82,7 @@ def refuse_unstorable_parameters(request: Request) -> None:
 def _nul_error(loc: list[str], what: str) -> InvalidRequest:
     return InvalidRequest(
         f"{what} contains the character U+0000, which punctual does not store",
-        errors=[{"loc": loc, "msg": "contains U+0000", "type": "string_nul"}],
+        errors=[{"loc": loc, "msg": "contains U+0000", "type": "string_unstorable"}],
     )
 
 
@@ -154,7 +154,9 @@ def load_json(raw: bytes) -> Any:
         where = ".".join(str(part) for part in loc) or "the body"
         raise InvalidRequest(
             f"{where} contains {kind}, which punctual does not store",
-            errors=[{"loc": ["body", *loc], "msg": f"contains {kind}", "type": "string_nul"}],
+            errors=[
+                {"loc": ["body", *loc], "msg": f"contains {kind}", "type": "string_unstorable"}
+            ],
         )
     return data
 
