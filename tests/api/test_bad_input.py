@@ -169,7 +169,9 @@ def test_nul_in_members_tokens_and_cancel_reason_is_422(admin: Api, start: dict[
     ],
 )
 def test_nul_in_a_query_parameter_is_422(admin: Api, suffix: str, params: dict[str, str]) -> None:
-    refused(admin.get(suffix, **params))
+    error = refused(admin.get(suffix, **params))
+    (name,) = [key for key, value in params.items() if NUL in value]
+    assert error["details"]["errors"][0]["loc"] == ["query", name], error
 
 
 @pytest.mark.parametrize(

@@ -74,14 +74,15 @@ def refuse_unstorable_parameters(request: Request) -> None:
     ):
         for name, value in items:
             if "\x00" in name:
-                raise _nul_error([location], f"a {location} parameter's name")
+                raise _nul_error(location, [location])
             if isinstance(value, str) and "\x00" in value:
-                raise _nul_error([location, name], f"{location} parameter {name!r}")
+                raise _nul_error(location, [location, name])
 
 
-def _nul_error(loc: list[str], what: str) -> InvalidRequest:
+def _nul_error(location: str, loc: list[str]) -> InvalidRequest:
     return InvalidRequest(
-        f"{what} contains the character U+0000, which punctual does not store",
+        f"a {location} parameter contains the character U+0000, which punctual does not "
+        "store; details.errors names it",
         errors=[{"loc": loc, "msg": "contains U+0000", "type": "string_unstorable"}],
     )
 
