@@ -8,7 +8,7 @@ How the run reaches the code rather than the first refusal:
 - every request carries a valid bearer token and a fresh ``Idempotency-Key``, so
   mutations really run (a generated key would often repeat and replay, or be refused);
 - ``tenant`` is the fuzzer's own tenant, and about half of the cases replace the other
-  path parameters with ids that exist (a schedule, a start, a member, a token), so the
+  path parameters with ids that exist (a schedule, a start, a run, a member, a token), so the
   body parsing behind the existence check is reached too;
 - both schemathesis modes: bodies and parameters that fit the schema and that do not.
 
@@ -34,6 +34,7 @@ import os
 import secrets
 from collections.abc import Iterator
 from dataclasses import dataclass, field
+from datetime import UTC, datetime, timedelta
 from typing import Any
 
 import pytest
@@ -50,7 +51,8 @@ from schemathesis.transport.prepare import get_exclude_headers
 from punctual import bootstrap
 from punctual.domain.permissions import Role
 from punctual.usecases import identity
-from tests.support.api import Api, echo_start, register_demo
+from punctual.usecases.dispatch import dispatch_due
+from tests.support.api import Api, echo_start, live_worker, register_demo
 
 TENANT = "fuzz"
 FUZZER = "fuzzer"
@@ -80,6 +82,10 @@ class Target:
         return False
 
 
+def _seconds_ago(seconds: float) -> str:
+    return (datetime.now(UTC) - timedelta(seconds=seconds)).isoformat()
+
+
 @pytest.fixture
 def target(system: bootstrap.Punctual) -> Iterator[Target]:
     register_demo(system)
@@ -101,13 +107,18 @@ def target(system: bootstrap.Punctual) -> Iterator[Target]:
             },
         )
         start = api.post("/scheduled-starts", echo_start())
-        for response in (alice, token, schedule, start):
+        live_worker(system)
+        due = api.post("/scheduled-starts", echo_start(start_at=_seconds_ago(1)))
+        for response in (alice, token, schedule, start, due):
             assert response.status_code == 201, response.text
+        dispatch_due(system.services, "runner-fuzz", 10)
+        run_id = api.get(f"/scheduled-starts/{due.json()['id']}").json()["dispatch"]["run_id"]
     known = {
         "subject": "alice",
         "token_id": token.json()["id"],
         "schedule_id": schedule.json()["id"],
         "start_id": start.json()["id"],
+        "run_id": run_id,
     }
     yield Target(app, fuzzer.token, fuzzer.id, known)
 
