@@ -248,6 +248,24 @@ def test_out_of_range_schedule_numbers_are_4xx(admin: Api, overrides: dict[str, 
     refused(send(admin, "POST", "/schedules", json.dumps(interval_schedule(**overrides))))
 
 
+# UTC values before the year 1 or after 9999 overflow Python's datetime when stored.
+OUT_OF_RANGE_INSTANTS = ["0001-01-01T00:00:00+01:00", "9999-12-31T23:59:59-01:00"]
+
+
+@pytest.mark.parametrize("instant", OUT_OF_RANGE_INSTANTS)
+def test_an_instant_beyond_the_years_1_to_9999_in_utc_is_422(
+    admin: Api, start: dict[str, Any], instant: str
+) -> None:
+    refused(send(admin, "POST", "/scheduled-starts", json.dumps(echo_start(start_at=instant))))
+    moved = json.dumps({"version": start["version"], "start_at": instant})
+    refused(send(admin, "POST", f"/scheduled-starts/{start['id']}/reschedule", moved))
+    refused(send(admin, "POST", "/tokens", json.dumps({"subject": "root", "expires_at": instant})))
+    spec = {"interval_ms": 60_000, "starts_at": instant}
+    refused(send(admin, "POST", "/schedules", json.dumps(interval_schedule(spec=spec))))
+    refused(admin.get("/schedule-preview", cron="* * * * *", **{"from": instant}))
+    refused(admin.get("/schedule-preview", interval_ms="60000", starts_at=instant))
+
+
 @pytest.mark.parametrize("version", [HUGE, -HUGE, 1e20, 0.5, "1", True])
 def test_a_version_that_no_column_holds_is_422(
     admin: Api, schedule: dict[str, Any], start: dict[str, Any], version: Any

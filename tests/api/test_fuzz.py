@@ -24,8 +24,8 @@ Bounded: ``PUNCTUAL_FUZZ_EXAMPLES`` cases per operation and generation mode (def
 up to 2,900 requests and 25-60 s per store, depending on the machine's load),
 derandomized so that CI runs the same cases every time; set ``PUNCTUAL_FUZZ_EXAMPLES``
 higher and ``PUNCTUAL_FUZZ_RANDOM=1`` to fuzz longer locally. Half of the cases get a
-U+0000 or a huge number spliced in (see ``_spike``). Each test gets a fresh database, so
-the run leaves nothing behind.
+U+0000, a huge number or an instant at the end of time spliced in (see ``_spike``). Each
+test gets a fresh database, so the run leaves nothing behind.
 """
 
 from __future__ import annotations
@@ -198,13 +198,16 @@ def _fuzz(target: Target, cases: st.SearchStrategy[Case]) -> None:
     probe()
 
 
-# What a generic generator rarely produces, though it failed on one store or the other:
-# U+0000 in any string (PostgreSQL) and numbers beyond 64 bits or a ``timedelta``.
-SPIKES = ("none", "none", "nul", "huge")
+# What a generic generator rarely produces, though each failed on one store or both:
+# U+0000 in any string (PostgreSQL), numbers beyond 64 bits or a ``timedelta``, and
+# timestamps whose UTC value falls outside the years 1 to 9999.
+SPIKES = ("none", "none", "none", "nul", "huge", "instant")
+EDGE_INSTANTS = ("0001-01-01T00:00:00+01:00", "9999-12-31T23:59:59-01:00")
 
 
 def _spike(case: Case, spike: str, data: st.DataObject) -> None:
-    """Put U+0000 into one string of the request, or a huge number in place of one value."""
+    """Put U+0000 into one string of the request, a huge number in place of one value, or
+    an instant at the end of time in place of a timestamp."""
     if spike == "none":
         return
     slots = [
@@ -217,9 +220,15 @@ def _spike(case: Case, spike: str, data: st.DataObject) -> None:
     slots += _body_slots(case.body)
     if not slots:
         return
+    if spike == "instant":
+        slots = [(c, k) for c, k in slots if isinstance(c[k], str) and c[k][4:5] == "-"]
+        if not slots:
+            return
     container, key = data.draw(st.sampled_from(slots))
     value = container[key]
-    if spike == "nul":
+    if spike == "instant":
+        container[key] = data.draw(st.sampled_from(EDGE_INSTANTS))
+    elif spike == "nul":
         container[key] = f"{value}\x00" if isinstance(value, str) else "\x00"
     elif container is case.path_parameters or container is case.query:
         container[key] = str(10**30)

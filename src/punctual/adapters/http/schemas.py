@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from datetime import datetime
+from datetime import UTC, datetime
 from typing import Annotated, Any
 
 from pydantic import (
@@ -30,6 +30,21 @@ Version = Annotated[int, Field(strict=True, ge=1, le=BIGINT_MAX)]
 Milliseconds = Annotated[int, Field(le=MAX_SPAN_MS)]
 Seconds = Annotated[float, Field(le=MAX_SPAN_SECONDS)]
 Count = Annotated[int, Field(le=BIGINT_MAX)]
+
+
+def representable_in_utc(value: datetime) -> datetime:
+    """An instant whose UTC value is a ``datetime`` (years 1 to 9999): ``0001-01-01T00:00
+    +01:00`` or ``9999-12-31T23:59-01:00`` would overflow when stored. Naive values pass
+    (the use case refuses them with its own code)."""
+    if value.tzinfo is not None:
+        try:
+            value.astimezone(UTC)
+        except OverflowError:
+            raise ValueError("the instant in UTC must fall within the years 1 to 9999") from None
+    return value
+
+
+Instant = Annotated[datetime, AfterValidator(representable_in_utc)]
 
 
 class _Body(BaseModel):
@@ -63,7 +78,7 @@ class CreateStartBody(_Body):
     workflow: str = Field(min_length=1, max_length=200)
     input: Any
     business_request_id: str = Field(min_length=1, max_length=200)
-    start_at: datetime
+    start_at: Instant
     time_zone: str | None = Field(default=None, max_length=64)
     workload_class: str = Field(min_length=1, max_length=64)
     attributes: dict[Annotated[str, StringConstraints(max_length=100)], Label] = Field(
@@ -88,7 +103,7 @@ class CreateStartBody(_Body):
 
 class RescheduleBody(_Body):
     version: Version
-    start_at: datetime
+    start_at: Instant
     time_zone: str | None = Field(default=None, max_length=64)
 
     def command(self, start_id: str) -> RescheduleStart:
@@ -110,7 +125,7 @@ class MemberBody(_Body):
 
 class TokenBody(_Body):
     subject: str = Field(min_length=1, max_length=200)
-    expires_at: datetime | None = None
+    expires_at: Instant | None = None
 
 
 class EmptyBody(BaseModel):
@@ -128,14 +143,15 @@ class CronSpecBody(BaseModel):
 class IntervalSpecBody(BaseModel):
     model_config = ConfigDict(extra="forbid")
     interval_ms: Annotated[int, Field(strict=True, le=MAX_SPAN_MS)]
-    starts_at: datetime | None = None
+    starts_at: Instant | None = None
 
 
 def check_spec(spec: Any) -> Any:
     """Check the types and bounds of an interval spec; the rest is the use case's to judge.
 
     ``interval_ms`` must be a JSON integer of at most ten years (a float such as ``1e20``
-    or a huge integer would overflow a ``timedelta``) and ``starts_at`` a string or null.
+    or a huge integer would overflow a ``timedelta``) and ``starts_at`` a string or null,
+    an instant that UTC can hold.
     The minimum interval (``interval_too_short``) stays the use case's rule, with its code.
     """
     if isinstance(spec, dict) and "interval_ms" in spec:
@@ -144,8 +160,15 @@ def check_spec(spec: Any) -> Any:
             raise ValueError(
                 f"spec.interval_ms must be a whole number of milliseconds up to {MAX_SPAN_MS}"
             )
-        if not isinstance(spec.get("starts_at"), str | None):
+        starts_at = spec.get("starts_at")
+        if not isinstance(starts_at, str | None):
             raise ValueError("spec.starts_at must be an RFC 3339 timestamp with an offset")
+        try:
+            parsed = datetime.fromisoformat(starts_at) if starts_at is not None else None
+        except ValueError:
+            parsed = None  # not a timestamp: the use case refuses it with its own message
+        if parsed is not None:
+            representable_in_utc(parsed)
     return spec
 
 

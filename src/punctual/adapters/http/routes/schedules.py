@@ -252,7 +252,7 @@ def _instant(value: str | None, name: str) -> datetime | None:
         return None
     try:
         return parse_rfc3339(value)
-    except ValueError:
+    except (ValueError, OverflowError):  # OverflowError: its UTC value is beyond the years 1-9999
         raise InvalidRequest(
             f"{name} must be an RFC 3339 timestamp with an offset, e.g. 2026-03-29T00:00:00Z",
             errors=[{"loc": ["query", name], "msg": "timestamp with offset", "type": "datetime"}],
