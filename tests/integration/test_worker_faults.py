@@ -154,8 +154,9 @@ def test_a_body_stops_when_another_worker_claimed_its_run(
     marker = tmp_path / "ran.txt"
     run_id = insert_run(system, "counted", {"file": str(marker), "seconds": 60})
     wait_until(_body_started(marker), what="the body starts")
-    claimed = get_run(system, run_id)
-    assert claimed.claimed_at is not None and claimed.started_at is not None
+    # The body's start is recorded by the recorder thread, a moment after the body began.
+    wait_until(lambda: get_run(system, run_id).started_at is not None, 5, "started_at")
+    assert get_run(system, run_id).claimed_at is not None
     with system.store.engine.begin() as conn:  # another worker took the run over
         conn.execute(
             sa.update(t.runs)
