@@ -636,7 +636,7 @@ def test_insert_start_is_scheduled_at_version_1_due_at_start_at(store: SqlStore)
     assert fetched.dispatch is None
     assert fetched.last_error is None
     with store.transaction(readonly=True) as tx:
-        assert tx.starts.earliest_due() == at(600)
+        assert tx.starts.earliest_due(T0) == at(600)
 
 
 def test_get_start_is_tenant_scoped(store: SqlStore) -> None:
@@ -678,7 +678,7 @@ def test_mark_dispatched_many_applies_only_at_each_claimed_version(store: SqlSto
         store, new_start(start_at=at(-1)), new_start(start_at=at(-1), business_request_id="o-2")
     )
     with store.transaction() as tx:
-        claims = {c.id: c for c in tx.starts.claim_due(T0, 10, "runner-a", at(30))}
+        claims = {c.id: c for c in tx.starts.claim_due(T0, 10, "runner-a", 30)}
         assert tx.starts.compare_and_set(stale, 1, at(1), state=StartState.CANCELED.value)
         won = tx.starts.mark_dispatched_many(
             [
@@ -730,7 +730,7 @@ def _claim_due(
     lease_seconds: float = 30,
 ) -> list[str]:
     with store.transaction() as tx:
-        claims = tx.starts.claim_due(now, limit, runner, now + timedelta(seconds=lease_seconds))
+        claims = tx.starts.claim_due(now, limit, runner, lease_seconds)
     return [claim.id for claim in claims]
 
 
@@ -759,7 +759,7 @@ def test_claim_due_moves_the_start_to_dispatching_with_a_claim_token(store: SqlS
     new = new_start(start_at=at(-1))
     insert_starts(store, new)
     with store.transaction() as tx:
-        [claim] = tx.starts.claim_due(T0, 10, "runner-a", at(30))
+        [claim] = tx.starts.claim_due(T0, 10, "runner-a", 30)
         start = tx.starts.get(TENANT, new.id)
     assert (claim.id, claim.tenant, claim.workflow, claim.run_id) == (
         new.id,
@@ -789,9 +789,9 @@ def test_claim_due_skips_a_start_whose_lease_is_live(store: SqlStore) -> None:
 
 def test_claim_due_reclaims_a_start_whose_lease_expired(store: SqlStore) -> None:
     [start_id] = insert_starts(store, new_start(start_at=at(-1)))
-    assert _claim_due(store, T0, runner="runner-a", lease_seconds=30) == [start_id]
+    assert _claim_due(store, T0, runner="runner-a", lease_seconds=EXPIRED) == [start_id]
     with store.transaction() as tx:
-        [claim] = tx.starts.claim_due(at(31), 10, "runner-b", at(61))
+        [claim] = tx.starts.claim_due(at(31), 10, "runner-b", 30)
         start = tx.starts.get(TENANT, start_id)
     assert (claim.id, claim.version, claim.claimed_by, claim.claim_seq) == (
         start_id,
@@ -803,7 +803,7 @@ def test_claim_due_reclaims_a_start_whose_lease_expired(store: SqlStore) -> None
     assert (start.state, start.version) == (StartState.DISPATCHING, 1)
     with store.transaction() as tx:
         # The reclaimed start now has a live lease again.
-        assert tx.starts.claim_due(at(40), 10, "runner-c", at(70)) == []
+        assert tx.starts.claim_due(at(40), 10, "runner-c", 30) == []
 
 
 def test_claim_due_ignores_terminal_starts(store: SqlStore) -> None:
@@ -815,7 +815,7 @@ def test_claim_due_ignores_terminal_starts(store: SqlStore) -> None:
         tx.starts.compare_and_set(dispatched, 1, at(-4), state=StartState.DISPATCHED.value)
     assert _claim_due(store, T0) == []
     with store.transaction(readonly=True) as tx:
-        assert tx.starts.earliest_due() is None
+        assert tx.starts.earliest_due(T0) is None
 
 
 def test_claim_due_returns_nothing_when_limit_is_zero(store: SqlStore) -> None:
@@ -826,7 +826,7 @@ def test_claim_due_returns_nothing_when_limit_is_zero(store: SqlStore) -> None:
 def test_a_start_returned_to_scheduled_is_due_at_its_next_attempt(store: SqlStore) -> None:
     [start_id] = insert_starts(store, new_start(start_at=at(-1)))
     with store.transaction() as tx:
-        [claim] = tx.starts.claim_due(T0, 10, "runner-a", at(30))
+        [claim] = tx.starts.claim_due(T0, 10, "runner-a", 30)
         assert tx.starts.compare_and_set(
             start_id,
             claim.version,
@@ -840,25 +840,27 @@ def test_a_start_returned_to_scheduled_is_due_at_its_next_attempt(store: SqlStor
         )
     assert _claim_due(store, at(19)) == []
     with store.transaction(readonly=True) as tx:
-        assert tx.starts.earliest_due() == at(20)
+        assert tx.starts.earliest_due(T0) == at(20)
     assert _claim_due(store, at(20)) == [start_id]
 
 
 def test_earliest_due(store: SqlStore) -> None:
     with store.transaction(readonly=True) as tx:
-        assert tx.starts.earliest_due() is None
+        assert tx.starts.earliest_due(T0) is None
     claimed, _waiting = insert_starts(
         store, new_start(start_at=at(-10)), new_start(start_at=at(100))
     )
     with store.transaction(readonly=True) as tx:
-        assert tx.starts.earliest_due() == at(-10)
+        assert tx.starts.earliest_due(T0) == at(-10)
     assert _claim_due(store, T0, lease_seconds=30) == [claimed]
     with store.transaction(readonly=True) as tx:
-        # A claimed start comes due again when its lease expires.
-        assert tx.starts.earliest_due() == at(30)
+        # A claimed start comes due again when its lease expires: 30 s after the claim on
+        # the store's clock (on PostgreSQL the database's, which ran on a little since).
+        lease_expiry = tx.starts.earliest_due(T0)
+    assert lease_expiry is not None and at(25) < lease_expiry <= at(30)
     with store.transaction() as tx:
         tx.starts.compare_and_set(claimed, 1, at(1), state=StartState.DISPATCHED.value)
-        assert tx.starts.earliest_due() == at(100)
+        assert tx.starts.earliest_due(T0) == at(100)
 
 
 def test_count_pending_counts_scheduled_and_dispatching(store: SqlStore) -> None:
@@ -907,13 +909,14 @@ def test_count_pending_of_workflow_spans_tenants(store: SqlStore) -> None:
 
 
 def test_stalled_lists_claimed_starts_whose_lease_expired(store: SqlStore) -> None:
-    stalled, live = insert_starts(store, new_start(start_at=at(-20)), new_start(start_at=at(-10)))
-    assert _claim_due(store, at(-15), lease_seconds=5) == [stalled]
-    assert _claim_due(store, at(-10), lease_seconds=60) == [live]
+    live, stalled = insert_starts(store, new_start(start_at=at(-20)), new_start(start_at=at(-10)))
+    assert _claim_due(store, at(-15), lease_seconds=60) == [live]
+    # Leases run on the store's clock, so "expired 30 s ago" is a lease of -30 s.
+    assert _claim_due(store, at(-10), lease_seconds=-30) == [stalled]
     with store.transaction(readonly=True) as tx:
-        assert tx.starts.stalled(TENANT, T0, 10) == [stalled]
-        assert tx.starts.stalled(OTHER_TENANT, T0, 10) == []
-        assert tx.starts.stalled(TENANT, at(-10), 10) == []
+        assert tx.starts.stalled(TENANT, 10, T0, 10) == [stalled]
+        assert tx.starts.stalled(OTHER_TENANT, 10, T0, 10) == []
+        assert tx.starts.stalled(TENANT, 60, T0, 10) == []
 
 
 def test_find_starts_filters_by_state_workflow_and_business_request_id(store: SqlStore) -> None:
@@ -1447,7 +1450,7 @@ def test_concurrent_claim_due_claims_every_start_exactly_once(store: SqlStore) -
         claimed: list[str] = []
         while True:
             with store.transaction() as tx:
-                page = tx.starts.claim_due(T0, 10, f"runner-{index}", at(60))
+                page = tx.starts.claim_due(T0, 10, f"runner-{index}", 60)
             if not page:
                 return claimed
             assert len(page) <= 10

@@ -3,6 +3,8 @@
 * One start whose input cannot be decrypted is handled alone; the rest of the page
   dispatches in the same pass.
 * A pass whose engine calls take longer than the claims' lease keeps its claims.
+* On PostgreSQL leases run on the database's clock: a runner whose host clock is minutes
+  off neither steals a live claim nor records under an expired one.
 * Claims and releases leave ``version`` alone; a cancel or reschedule of a start that is
   only claimed takes effect, and the dispatch then cannot record.
 """
@@ -24,9 +26,10 @@ from punctual import bootstrap
 from punctual.adapters.stores.sql import tables as t
 from punctual.domain.permissions import Principal, Role
 from punctual.ports.engine import Engine, EngineUnavailable, RunOrder
+from punctual.ports.records import RunFilter
 from punctual.usecases import starts
 from punctual.usecases.dispatch import START_CHUNK, dispatch_due
-from tests.conftest import make_settings
+from tests.conftest import FakeClock, make_settings
 from tests.support.api import enroll, live_worker, register_demo
 
 ALICE = Principal("acme", "alice", Role.MEMBER)
@@ -77,14 +80,14 @@ def _hooked(system: bootstrap.Punctual) -> HookedEngine:
     return engine
 
 
-def _create(system: bootstrap.Punctual, count: int) -> list[str]:
+def _create(system: bootstrap.Punctual, count: int, start_at: datetime | None = None) -> list[str]:
     ids = []
     for n in range(count):
         command = starts.CreateStart(
             workflow="echo",
             input={"message": f"m{n}"},
             business_request_id=f"fault-{n}",
-            start_at=datetime.now(UTC) - timedelta(seconds=1),
+            start_at=start_at or datetime.now(UTC) - timedelta(seconds=1),
             workload_class="standard",
         )
         outcome = system.mutations.run(None, starts.create(system.services, ALICE, command))
@@ -186,7 +189,7 @@ def test_a_pass_keeps_its_claims_while_a_slow_engine_outlives_the_lease(
         time.sleep(per_order * len(orders))
         now = datetime.now(UTC)
         with system.store.transaction() as tx:
-            stolen.extend(c.id for c in tx.starts.claim_due(now, 500, "runner-b", now))
+            stolen.extend(c.id for c in tx.starts.claim_due(now, 500, "runner-b", 0))
 
     engine.on_start = slow
     began = time.monotonic()
@@ -196,6 +199,89 @@ def test_a_pass_keeps_its_claims_while_a_slow_engine_outlives_the_lease(
     assert stolen == []
     assert sorted(report.dispatched) == sorted(ids)
     assert report.lost == 0
+
+
+SKEW = timedelta(minutes=10)
+"""How far a skewed runner host's clock is off the database's."""
+
+
+@pytest.fixture
+def on_postgresql(
+    pg_url: str, tmp_path: Path
+) -> Iterator[Callable[[timedelta | None], bootstrap.Punctual]]:
+    """Systems sharing one PostgreSQL database, each on its own host clock: the real one
+    (``None``, which the database server on this machine shares) or one ``skew`` off it."""
+    built: list[bootstrap.Punctual] = []
+
+    def build(skew: timedelta | None) -> bootstrap.Punctual:
+        settings = make_settings(pg_url, tmp_path)
+        clock = None if skew is None else FakeClock(datetime.now(UTC) + skew)
+        system = (
+            bootstrap.build(settings) if clock is None else bootstrap.build(settings, clock=clock)
+        )
+        built.append(system)
+        return system
+
+    yield build
+    for system in built:
+        system.close()
+
+
+@pytest.mark.postgres
+@pytest.mark.parametrize(
+    ("claimer_skew", "thief_skew"),
+    [(None, SKEW), (-SKEW, None)],
+    ids=["thief_clock_ahead", "claimer_clock_behind"],
+)
+def test_on_postgresql_a_runner_with_a_skewed_clock_cannot_steal_a_live_claim(
+    on_postgresql: Callable[[timedelta | None], bootstrap.Punctual],
+    claimer_skew: timedelta | None,
+    thief_skew: timedelta | None,
+) -> None:
+    claimer, thief = on_postgresql(claimer_skew), on_postgresql(thief_skew)
+    register_demo(claimer)
+    enroll(claimer, ALICE)
+    live_worker(thief)  # heartbeats on the later of the two clocks are live on both
+    [start_id] = _create(claimer, 1, claimer.services.clock.now() - timedelta(seconds=1))
+    engine = _hooked(claimer)
+    stolen: list[int] = []
+    # While the claimer asks the engine, its claim is minutes from running out.
+    engine.on_start = lambda orders: stolen.append(
+        dispatch_due(thief.services, "runner-thief", 500).claimed
+    )
+
+    report = dispatch_due(claimer.services, "runner-claimer", 500)
+
+    assert stolen == [0]
+    assert (report.dispatched, report.lost) == ([start_id], 0)
+
+
+@pytest.mark.postgres
+def test_on_postgresql_a_runner_whose_clock_runs_behind_does_not_record_under_an_expired_lease(
+    on_postgresql: Callable[[timedelta | None], bootstrap.Punctual],
+) -> None:
+    honest, behind = on_postgresql(None), on_postgresql(-SKEW)
+    register_demo(honest)
+    enroll(honest, ALICE)
+    live_worker(honest)
+    [start_id] = _create(behind, 1, behind.services.clock.now() - timedelta(seconds=1))
+    engine = _hooked(behind)
+
+    def lease_runs_out(orders: Sequence[RunOrder]) -> None:
+        # By the database's clock; the runner's own clock says its lease has ten minutes left.
+        _update_start(behind, start_id, lease_until=sa.func.now() - timedelta(seconds=1))
+
+    engine.on_start = lease_runs_out
+
+    report = dispatch_due(behind.services, "runner-behind", 500)
+
+    assert (report.dispatched, report.lost) == ([], 1)
+    assert _start(honest, start_id)["state"] == "dispatching"
+    recovered = dispatch_due(honest.services, "runner-honest", 500)
+    assert recovered.dispatched == [start_id]
+    with honest.store.transaction(readonly=True) as tx:
+        runs = tx.runs.find(ALICE.tenant, RunFilter(origin_id=start_id), 0, 10)
+    assert len(runs) == 1
 
 
 # ---- FT-5 -----------------------------------------------------------------------------

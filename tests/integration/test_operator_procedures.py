@@ -61,7 +61,7 @@ def test_recovering_a_stalled_dispatch(system: bootstrap.Punctual) -> None:
         start = api.post("/scheduled-starts", echo_start(start_at=_ago(system, 2))).json()
         now = system.services.clock.now()
         with system.store.transaction() as tx:
-            [claim] = tx.starts.claim_due(now, 10, "runner-that-died", now + timedelta(seconds=30))
+            [claim] = tx.starts.claim_due(now, 10, "runner-that-died", 30)
         # The dead runner's lease ran out two minutes ago and nobody picked the start up.
         with system.store.engine.begin() as conn:
             conn.execute(

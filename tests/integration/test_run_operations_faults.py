@@ -127,7 +127,7 @@ def test_a_run_id_of_a_dispatching_start_answers_in_progress_and_is_not_recorded
     run_id = run_id_of(system, start_id)
     now = datetime.now(UTC)
     with system.store.transaction() as tx:  # a runner claimed it and is dispatching it
-        claimed = tx.starts.claim_due(now, 10, "slow-runner", now + timedelta(seconds=1))
+        claimed = tx.starts.claim_due(now, 10, "slow-runner", 1)
     assert [c.id for c in claimed] == [start_id]
     with system.store.transaction(readonly=True) as tx:
         start = tx.starts.get("acme", start_id)

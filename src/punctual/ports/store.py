@@ -174,8 +174,9 @@ class Starts(Protocol):
 
     def count_in_state(self, tenant: str, state: StartState) -> int: ...
 
-    def stalled(self, tenant: str, lease_expired_before: datetime, limit: int) -> list[str]:
-        """Claimed starts whose lease expired before the given instant."""
+    def stalled(self, tenant: str, grace_seconds: float, now: datetime, limit: int) -> list[str]:
+        """Claimed starts whose lease expired more than ``grace_seconds`` ago by the clock
+        leases are taken with (the database's on PostgreSQL, ``now`` on SQLite, FT-2)."""
 
     def count_pending_of_workflow(self, workflow: str) -> int:
         """Pending starts of ``workflow`` across all tenants (definitions are host-global)."""
@@ -187,23 +188,27 @@ class Starts(Protocol):
 
     def mark_dispatched_many(self, rows: Sequence[DispatchedStart], now: datetime) -> set[str]:
         """Record claims dispatched (version bumped), each only while its claim token still
-        holds and its lease has not run out at ``now``; the ids that won."""
+        holds and its lease has not run out by the store's clock; the ids that won."""
 
     def claim_due(
-        self, now: datetime, limit: int, runner_id: str, lease_until: datetime
+        self, now: datetime, limit: int, runner_id: str, lease_seconds: float
     ) -> list[ClaimedStart]:
-        """Claim due starts (and those whose lease expired) oldest first; concurrent
-        claimers must never get the same start while its lease is live. A claim must not
-        change ``version``; it takes the next ``claim_seq`` instead (FT-5)."""
+        """Claim starts due at ``now`` (and those whose lease expired) oldest first;
+        concurrent claimers must never get the same start while its lease is live. The
+        lease ends ``lease_seconds`` after the store's clock and is judged by it (the
+        database's on PostgreSQL, ``now`` on SQLite, FT-2). A claim must not change
+        ``version``; it takes the next ``claim_seq`` instead (FT-5)."""
 
     def settle_claim(self, claim: ClaimToken, now: datetime, **changes: Any) -> bool:
         """Apply a dispatch outcome (failure, retry, skip, buffer) and bump the version,
-        only while ``claim`` holds: same version and token, lease not run out at ``now``."""
+        only while ``claim`` holds: same version and token, lease not run out by the
+        store's clock."""
 
     def renew_claims(
-        self, claims: Sequence[ClaimToken], now: datetime, lease_until: datetime
+        self, claims: Sequence[ClaimToken], lease_seconds: float, now: datetime
     ) -> set[str]:
-        """Extend the leases of the claims that still hold at ``now``; the ids renewed."""
+        """Extend to ``lease_seconds`` after the store's clock the leases of the claims that
+        still hold; the ids renewed."""
 
     def release_claims(self, claims: Sequence[ClaimToken], now: datetime) -> set[str]:
         """Give claims that still hold back to ``scheduled``, version unchanged and nothing
@@ -222,7 +227,9 @@ class Starts(Protocol):
     def count_due(self, now: datetime) -> int:
         """Starts (occurrences included) that are due and still ``scheduled``."""
 
-    def earliest_due(self) -> datetime | None: ...
+    def earliest_due(self, now: datetime) -> datetime | None:
+        """When the next pending start comes due, on the clock whose present is ``now``;
+        a lease expiry (on the store's clock) counts as due, moved onto that clock."""
 
     def insert_occurrences(self, occurrences: Sequence[NewOccurrence], now: datetime) -> int:
         """Insert occurrences; an existing (schedule, occurrence_at) must be kept as it is."""

@@ -171,7 +171,7 @@ class Runner:
 
     def _sleep_seconds(self) -> float:
         with self._services.store.transaction(readonly=True) as tx:
-            return self._until(tx.starts.earliest_due())
+            return self._until(tx.starts.earliest_due(self._services.clock.now()))
 
     def _generation_sleep_seconds(self) -> float:
         with self._services.store.transaction(readonly=True) as tx:

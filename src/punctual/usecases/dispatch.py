@@ -94,7 +94,11 @@ class DispatchReport:
 
 class _Lease:
     """The claims of one pass, renewed once a third of the lease has passed since they were
-    taken or last renewed; a claim that another runner took over is dropped (FT-2)."""
+    taken or last renewed; a claim that another runner took over is dropped (FT-2).
+
+    The store times the lease itself (the database's clock on PostgreSQL); this process's
+    clock only measures the time elapsed since the last renewal, which a skew leaves
+    alone."""
 
     def __init__(self, services: Services, claims: Sequence[ClaimedStart], at: datetime) -> None:
         self._services = services
@@ -109,7 +113,7 @@ class _Lease:
             return
         tokens = [claim.token for claim in self._open.values()]
         with self._services.store.transaction() as tx:
-            renewed = tx.starts.renew_claims(tokens, now, now + self._length)
+            renewed = tx.starts.renew_claims(tokens, self._services.policy.lease_seconds, now)
         for start_id in set(self._open) - renewed:
             del self._open[start_id]
             self.lost.add(start_id)
@@ -130,9 +134,7 @@ def dispatch_due(services: Services, runner_id: str, page_size: int) -> Dispatch
     policy = services.policy
     now = services.clock.now()
     with services.store.transaction() as tx:
-        claims = tx.starts.claim_due(
-            now, page_size, runner_id, now + timedelta(seconds=policy.lease_seconds)
-        )
+        claims = tx.starts.claim_due(now, page_size, runner_id, policy.lease_seconds)
     report = DispatchReport(claimed=len(claims))
     if not claims:
         return report

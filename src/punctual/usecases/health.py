@@ -40,7 +40,9 @@ def report(services: Services, principal: Principal) -> dict[str, Any]:
         failed = tx.starts.find(
             principal.tenant, StartFilter(state=StartState.FAILED.value), 0, FAILED_LIST_LIMIT
         )
-        stalled = tx.starts.stalled(principal.tenant, now - STALL_GRACE, FAILED_LIST_LIMIT)
+        stalled = tx.starts.stalled(
+            principal.tenant, STALL_GRACE.total_seconds(), now, FAILED_LIST_LIMIT
+        )
         workers = tx.definitions.live_workers(since)
         counts = tx.starts.occurrence_counts(principal.tenant)
         live = tx.schedules.find(principal.tenant, 0, SCHEDULE_LIST_LIMIT)

@@ -14,7 +14,9 @@ from punctual.adapters.stores.sql.dialects import (
     claimable,
     for_update,
     insert_ignore,
+    lease_expiry,
     notify,
+    store_now,
     update_many,
 )
 from punctual.adapters.stores.sql.listener import DUE_CHANNEL
@@ -46,9 +48,10 @@ def _token_row(claim: ClaimToken) -> dict[str, Any]:
     }
 
 
-def _held(now: datetime) -> list[sa.ColumnElement[bool]]:
-    """Still dispatching under a lease that has not run out at ``now`` (FT-2)."""
-    return [_s.state == StartState.DISPATCHING.value, _s.lease_until >= now]
+def _held(conn: sa.Connection, now: datetime) -> list[sa.ColumnElement[bool]]:
+    """Still dispatching under a lease that has not run out by the store's clock (the
+    database's on PostgreSQL, the process clock ``now`` on SQLite, FT-2)."""
+    return [_s.state == StartState.DISPATCHING.value, _s.lease_until >= store_now(conn, now)]
 
 
 def _origin(row: RowMapping) -> dict[str, Any]:
@@ -264,14 +267,18 @@ class SqlStarts:
         )
         return int(self._conn.execute(query).scalar_one())
 
-    def stalled(self, tenant: str, lease_expired_before: datetime, limit: int) -> list[str]:
-        """Starts still claimed although their lease ran out: no runner is recovering them."""
+    def stalled(self, tenant: str, grace_seconds: float, now: datetime, limit: int) -> list[str]:
+        """Starts still claimed although their lease ran out more than ``grace_seconds``
+        ago by the store's clock, the one leases are taken with: no runner is recovering
+        them."""
+        # An instant ``grace_seconds`` before the store's clock.
+        expired_before = lease_expiry(self._conn, -grace_seconds, now)
         query = (
             sa.select(_s.id)
             .where(
                 _s.tenant == tenant,
                 _s.state == StartState.DISPATCHING.value,
-                _s.lease_until < lease_expired_before,
+                _s.lease_until < expired_before,
             )
             .order_by(_s.due_at)
             .limit(limit)
@@ -328,7 +335,7 @@ class SqlStarts:
             match=_TOKEN,
             columns=["attempts", "definition_version", "artifact"],
             fixed=fixed,
-            where=_held(now),
+            where=_held(self._conn, now),
         )
 
     def settle_claim(self, claim: ClaimToken, now: datetime, **changes: Any) -> bool:
@@ -342,24 +349,25 @@ class SqlStarts:
                 _s.version == claim.version,
                 _s.claimed_by == claim.claimed_by,
                 _s.claim_seq == claim.claim_seq,
-                *_held(now),
+                *_held(self._conn, now),
             )
             .values(version=_s.version + 1, updated_at=now, **changes)
         )
         return result.rowcount == 1
 
     def renew_claims(
-        self, claims: Sequence[ClaimToken], now: datetime, lease_until: datetime
+        self, claims: Sequence[ClaimToken], lease_seconds: float, now: datetime
     ) -> set[str]:
-        """Longer leases for the claims still held; not a transition, so no version bump."""
+        """Leases of the claims still held, extended to ``lease_seconds`` after the store's
+        clock; not a transition, so no version bump."""
         return update_many(
             self._conn,
             t.starts,
             [_token_row(c) for c in claims],
             match=_TOKEN,
             columns=[],
-            fixed={"lease_until": lease_until},
-            where=_held(now),
+            fixed={"lease_until": lease_expiry(self._conn, lease_seconds, now)},
+            where=_held(self._conn, now),
         )
 
     def release_claims(self, claims: Sequence[ClaimToken], now: datetime) -> set[str]:
@@ -386,20 +394,27 @@ class SqlStarts:
         return {row[0]: StartState(row[1]) for row in self._conn.execute(query)}
 
     def claim_due(
-        self, now: datetime, limit: int, runner_id: str, lease_until: datetime
+        self, now: datetime, limit: int, runner_id: str, lease_seconds: float
     ) -> list[ClaimedStart]:
-        """Claim up to ``limit`` due starts, oldest first, and those whose lease expired.
+        """Claim up to ``limit`` starts due at ``now``, oldest first, and those whose lease
+        expired.
 
-        A claim is not a user-visible transition: ``version`` stays (a cancel or
-        reschedule read before the claim still applies, FT-5) and the claim takes the next
-        ``claim_seq``; with ``claimed_by`` that is the token every outcome is recorded under.
+        Leases are taken and judged by the store's clock (the database's on PostgreSQL, so
+        a runner whose host clock is off neither steals a live claim nor keeps an expired
+        one, FT-2); due times are the caller's ``now``. A claim is not a user-visible
+        transition: ``version`` stays (a cancel or reschedule read before the claim still
+        applies, FT-5) and the claim takes the next ``claim_seq``; with ``claimed_by`` that
+        is the token every outcome is recorded under.
         """
         due = (
             sa.select(_s.id)
             .where(
                 _s.state.in_(_PENDING),
                 _s.due_at <= now,
-                sa.or_(_s.state == StartState.SCHEDULED.value, _s.lease_until < now),
+                sa.or_(
+                    _s.state == StartState.SCHEDULED.value,
+                    _s.lease_until < store_now(self._conn, now),
+                ),
             )
             .order_by(_s.due_at)
             .limit(limit)
@@ -410,7 +425,7 @@ class SqlStarts:
             .values(
                 state=StartState.DISPATCHING.value,
                 claimed_by=runner_id,
-                lease_until=lease_until,
+                lease_until=lease_expiry(self._conn, lease_seconds, now),
                 claim_seq=_s.claim_seq + 1,
                 updated_at=now,
             )
@@ -480,13 +495,16 @@ class SqlStarts:
         )
         return int(self._conn.execute(query).scalar_one())
 
-    def earliest_due(self) -> datetime | None:
-        """When the next pending start comes due (a lease expiry counts as due)."""
+    def earliest_due(self, now: datetime) -> datetime | None:
+        """When, on the caller's clock (``now`` is its present), the next pending start
+        comes due; a lease expiry counts as due. Leases run on the store's clock, so their
+        expiry is moved by the difference between the two clocks."""
         query = sa.select(sa.func.min(_s.due_at)).where(_s.state == StartState.SCHEDULED.value)
         scheduled: datetime | None = self._conn.execute(query).scalar_one_or_none()
-        query = sa.select(sa.func.min(_s.lease_until)).where(
+        lease_query = sa.select(sa.func.min(_s.lease_until), store_now(self._conn, now)).where(
             _s.state == StartState.DISPATCHING.value
         )
-        lease: datetime | None = self._conn.execute(query).scalar_one_or_none()
-        candidates = [c for c in (scheduled, lease) if c is not None]
+        lease, store_time = self._conn.execute(lease_query).one()
+        expiry = None if lease is None else now + (lease - store_time)
+        candidates = [c for c in (scheduled, expiry) if c is not None]
         return min(candidates) if candidates else None
