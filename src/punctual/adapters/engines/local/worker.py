@@ -85,13 +85,15 @@ class LocalWorker:
         self._renew_by: dict[str, float] = {}
         """Per run, the monotonic time by which its lease must have been renewed again,
         or its body is stopped (the lease may expire soon after)."""
-        self._fenced: set[str] = set()
-        """Runs whose body this worker stopped because the claim is no longer its own (or
-        may not be): their outcome is not recorded."""
+        self._fenced: set[tuple[str, int]] = set()
+        """(run, attempt) whose body this worker stopped because the claim is no longer its
+        own (or may not be): that attempt's outcome is not recorded. Keyed by attempt, so
+        a later attempt of the same run handed to this worker keeps its own outcome."""
         lease = services.policy.lease_seconds
         self._lease_margin = min(_MAX_FENCE_MARGIN_SECONDS, lease / 10)
         self._outcome_ready = threading.Event()
         self._stop_recording = threading.Event()
+        self._stop_watching = threading.Event()
         self._lock = threading.Lock()
         self._thread: threading.Thread | None = None
         self._recorder: threading.Thread | None = None
@@ -136,6 +138,9 @@ class LocalWorker:
         if self._thread is not None:
             self._thread.join(timeout=grace_seconds + 5)
         self._pool.close(grace_seconds)
+        # The watchdog outlives the control loop: bodies finishing within the grace
+        # period are no longer renewed, and must still stop before their leases end.
+        self._stop_watching.set()
         if self._watchdog is not None:
             self._watchdog.join(timeout=5)
         self._stop_recording.set()
@@ -296,7 +301,7 @@ class LocalWorker:
             self._outcomes = [o for o in self._outcomes if o[0].claim != claim]
             self._starts = [s for s in self._starts if s[0] != claim]
             if body_running:
-                self._fenced.add(claim.run_id)
+                self._fenced.add((claim.run_id, run.attempt))
         if body_running:
             log.warning(
                 "event=run_body_fenced run=%s attempt=%d reason=%s", run.id, run.attempt, reason
@@ -305,18 +310,24 @@ class LocalWorker:
 
     def _watch_leases(self) -> None:
         """Stop bodies whose lease was not renewed in time, whatever the control loop does."""
-        while not self._stop.wait(_WATCHDOG_SECONDS):
-            now = time.monotonic()
-            with self._lock:
-                overdue = [
-                    run.claim
-                    for run_id, run in self._running.items()
-                    if self._renew_by.get(run_id, now + 1) <= now
-                ]
-            running = self._pool.running()
-            for claim in overdue:
-                if claim.run_id in running:
-                    self._fence(claim, "lease_renewal_overdue")
+        while not self._stop_watching.wait(_WATCHDOG_SECONDS):
+            try:
+                self._fence_overdue()
+            except Exception:  # the self-fence must outlive any one failure (FT-2)
+                log.exception("event=worker_watchdog_error worker=%s", self.id)
+
+    def _fence_overdue(self) -> None:
+        now = time.monotonic()
+        with self._lock:
+            overdue = [
+                run.claim
+                for run_id, run in self._running.items()
+                if self._renew_by.get(run_id, now + 1) <= now
+            ]
+        running = self._pool.running()
+        for claim in overdue:
+            if claim.run_id in running:
+                self._fence(claim, "lease_renewal_overdue")
 
     def _started(self, run_id: str) -> None:
         log.debug("event=run_body_started run=%s", run_id)
@@ -330,8 +341,9 @@ class LocalWorker:
     def _finished(self, outcome: Outcome) -> None:
         """Called by the pool's monitor: hand the outcome to the recorder, never wait."""
         with self._lock:
-            if outcome.run_id in self._fenced:
-                self._fenced.discard(outcome.run_id)
+            fenced = (outcome.run_id, outcome.attempt)
+            if fenced in self._fenced:
+                self._fenced.discard(fenced)
                 return
             run = self._running.get(outcome.run_id)
             if run is None or run.attempt != outcome.attempt:

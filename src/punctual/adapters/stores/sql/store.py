@@ -91,6 +91,14 @@ class SqlStore:
                 raise Unavailable(
                     f"the database connection was lost: {exc.orig}", code="store_unavailable"
                 ) from exc
+            if isinstance(exc, sa.exc.OperationalError):
+                # A deadlock, a serialization failure, a statement timeout, a full or
+                # failing disk: nothing wrong with the data, so the caller retries later
+                # (a worker keeps the outcome; it is never a reason to give up on it).
+                raise Unavailable(
+                    "the database could not complete the transaction now; retry",
+                    code="store_busy",
+                ) from exc
             raise
         finally:
             if not conn.invalidated:  # .info on an invalidated connection reconnects
