@@ -7,6 +7,7 @@ creates its own throwaway database on the server of ``tests.conftest`` and drops
 
 from __future__ import annotations
 
+import json
 import os
 import secrets
 import shutil
@@ -403,3 +404,110 @@ def test_0006_gives_stored_run_errors_their_code_and_claims_their_time(
     assert tokens["run_running"] == "wrk_1/1"
     assert tokens["run_done"] is None
     assert _differences(empty_store) == []
+
+
+def test_0006_scrubs_stored_validation_messages_that_could_quote_input(
+    empty_store: SqlStore, database_kind: str
+) -> None:
+    """FT-4 for history: a start's ``input_rejected``, its finding and a recorded
+    ``422 input_invalid`` answer lose their old text (it named unknown keys, or quoted
+    values); everything else about them stays."""
+    with empty_store.engine.begin() as conn:
+        conn.info["readonly"] = False
+        command.upgrade(migrate._config(conn), "0005")
+    now = datetime(2026, 11, 30, 12, 0, tzinfo=UTC)
+    stamp = now.replace(tzinfo=None) if database_kind == "sqlite" else now
+    leaky = "the input no longer validates against echo version 1: 'secret_key' not allowed"
+    with empty_store.engine.begin() as conn:
+        found = sa.MetaData()
+        starts = sa.Table("starts", found, autoload_with=conn)
+        findings = sa.Table("findings", found, autoload_with=conn)
+        keys = sa.Table("idempotency_keys", found, autoload_with=conn)
+        start = {
+            "tenant": "acme",
+            "workflow": "echo",
+            "business_request_id": "b",
+            "start_at": stamp,
+            "workload_class": "standard",
+            "attributes": {},
+            "input": b"sealed",
+            "input_key_id": "k1",
+            "version": 2,
+            "attempts": 1,
+            "due_at": stamp,
+            "created_by": "alice",
+            "created_at": stamp,
+            "updated_at": stamp,
+        }
+        conn.execute(
+            starts.insert(),
+            [
+                {
+                    **start,
+                    "id": "st_rejected",
+                    "run_id": "run_1",
+                    "state": "failed",
+                    "reason": "input_rejected",
+                    "last_error": {"code": "input_rejected", "message": leaky, "at": "t"},
+                },
+                {
+                    **start,
+                    "id": "st_inactive",
+                    "run_id": "run_2",
+                    "state": "failed",
+                    "reason": "workflow_inactive",
+                    "last_error": {"code": "workflow_inactive", "message": "no active", "at": "t"},
+                },
+            ],
+        )
+        conn.execute(
+            findings.insert().values(
+                id="fnd_1",
+                tenant="acme",
+                kind="start_failed",
+                subject_id="st_rejected",
+                severity="error",
+                message=f"start st_rejected failed after 1 attempt(s): {leaky}",
+                created_at=stamp,
+            )
+        )
+        answer = {
+            "error": {
+                "code": "input_invalid",
+                "message": "'secret_key' is not allowed",
+                "details": {"errors": [{"msg": "'secret_key' is not allowed"}]},
+            }
+        }
+        conn.execute(
+            keys.insert().values(
+                tenant="acme",
+                principal="alice",
+                key="k-1",
+                fingerprint="f",
+                state="done",
+                owner="o",
+                lease_until=stamp,
+                status_code=422,
+                response=answer,
+                created_at=stamp,
+            )
+        )
+
+    migrate.upgrade(empty_store)
+
+    with empty_store.engine.connect() as conn:
+        errors = dict(conn.execute(sa.text("SELECT id, last_error FROM starts")).all())
+        message = conn.execute(sa.text("SELECT message FROM findings")).scalar_one()
+        response = conn.execute(sa.text("SELECT response FROM idempotency_keys")).scalar_one()
+    decoded = {k: v if isinstance(v, dict) else json.loads(v) for k, v in errors.items()}
+    recorded = response if isinstance(response, dict) else json.loads(response)
+    everything = f"{decoded}{message}{recorded}"
+    assert "secret_key" not in everything
+    assert decoded["st_rejected"]["code"] == "input_rejected"
+    assert decoded["st_inactive"] == {
+        "code": "workflow_inactive",
+        "message": "no active",
+        "at": "t",
+    }
+    assert message.startswith("start or occurrence st_rejected failed")
+    assert recorded["error"]["code"] == "input_invalid"

@@ -7,6 +7,9 @@
   existing rows take it as their ``claimed_at``.
 - ``runs.error`` is rewritten to the one shape ``{"code", "message", ...}`` (API.md
   "Runs"); see docs/api.md "Migration notes" for the mapping.
+- Validation messages stored before it could quote input values or name input keys that
+  the schema does not name (FT-4): they are replaced by a fixed text in starts'
+  ``last_error``, in findings, and in recorded ``422 input_invalid`` answers.
 
 Revision ID: 0006
 Revises: 0005
@@ -34,6 +37,7 @@ _CODE_OF_TYPE = {
     "WorkerLost": "worker_lost",
     "InputUndecryptable": "input_undecryptable",
     "EngineExecutionLost": "engine_execution_lost",
+    "NotRecorded": "engine_execution_lost",
 }
 _SCRUBBED = (
     "the validation message was removed by migration 0006 because it could quote the "
@@ -60,6 +64,92 @@ def coded_error(state: str, error: dict[str, Any]) -> dict[str, Any]:
     return {**coded, **extra}
 
 
+_SCRUBBED_VALIDATION = (
+    "the input did not validate; the validation message was removed by migration 0006 "
+    "because it could quote the input"
+)
+
+
+def _scrub_validation_messages(conn: sa.Connection) -> None:
+    """FT-4 for what was stored before it: the old messages are replaced, the facts kept."""
+    starts = sa.table(
+        "starts",
+        sa.column("seq", sa.BigInteger()),
+        sa.column("id", sa.String()),
+        sa.column("last_error", tables.JSONType),
+    )
+    after = 0
+    while page := conn.execute(
+        sa.select(starts.c.seq, starts.c.id, starts.c.last_error)
+        .where(starts.c.seq > after, starts.c.last_error.is_not(None))
+        .order_by(starts.c.seq)
+        .limit(_BATCH)
+    ).all():
+        after = page[-1].seq
+        changed = [
+            {"b_id": row.id, "b_error": {**row.last_error, "message": _SCRUBBED_VALIDATION}}
+            for row in page
+            if isinstance(row.last_error, dict) and row.last_error.get("code") == "input_rejected"
+        ]
+        if changed:
+            conn.execute(
+                sa.update(starts)
+                .where(starts.c.id == sa.bindparam("b_id"))
+                .values(last_error=sa.bindparam("b_error")),
+                changed,
+            )
+    findings = sa.table(
+        "findings",
+        sa.column("kind", sa.String()),
+        sa.column("subject_id", sa.String()),
+        sa.column("message", sa.String()),
+    )
+    conn.execute(
+        sa.update(findings)
+        .where(
+            findings.c.kind.in_(["start_failed", "occurrence_failed"]),
+            findings.c.message.like("%no longer validates%"),
+        )
+        .values(
+            message=sa.literal("start or occurrence ")
+            + findings.c.subject_id
+            + sa.literal(" failed: " + _SCRUBBED_VALIDATION)
+        )
+    )
+    keys = sa.table(
+        "idempotency_keys",
+        sa.column("tenant", sa.String()),
+        sa.column("principal", sa.String()),
+        sa.column("key", sa.String()),
+        sa.column("status_code", sa.Integer()),
+        sa.column("response", tables.JSONType),
+    )
+    scrubbed = {"error": {"code": "input_invalid", "message": _SCRUBBED_VALIDATION, "details": {}}}
+    rows = conn.execute(
+        sa.select(keys.c.tenant, keys.c.principal, keys.c.key, keys.c.response).where(
+            keys.c.status_code == 422
+        )
+    ).all()
+    changed_keys = [
+        {"b_tenant": r.tenant, "b_principal": r.principal, "b_key": r.key}
+        for r in rows
+        if isinstance(r.response, dict)
+        and isinstance(r.response.get("error"), dict)
+        and r.response["error"].get("code") == "input_invalid"
+    ]
+    if changed_keys:
+        conn.execute(
+            sa.update(keys)
+            .where(
+                keys.c.tenant == sa.bindparam("b_tenant"),
+                keys.c.principal == sa.bindparam("b_principal"),
+                keys.c.key == sa.bindparam("b_key"),
+            )
+            .values(response=scrubbed),
+            changed_keys,
+        )
+
+
 def upgrade() -> None:
     with op.batch_alter_table("runs", schema=None) as batch_op:
         batch_op.add_column(sa.Column("claim_token", sa.String(length=64), nullable=True))
@@ -77,6 +167,7 @@ def upgrade() -> None:
         sa.column("error", tables.OutcomeJSON()),
     )
     conn = op.get_bind()
+    _scrub_validation_messages(conn)
     after = 0
     while True:
         page = conn.execute(
