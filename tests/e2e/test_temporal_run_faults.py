@@ -8,7 +8,12 @@
   record alone and syncs the others;
 * FT-1: a run whose input fails authentication fails alone (``input_undecryptable``) at
   once; one whose key id no worker holds is retried by Temporal and then fails
-  (``input_key_unknown``); the other runs complete.
+  (``input_key_unknown``); both raise a health finding; the other runs complete. The sync
+  pass ends a run whose closed execution's outcome it cannot decode (``engine_execution_lost``)
+  and leaves one whose handling raises for the next pass, logging neither's text, and syncs
+  the rest of the page;
+* API.md "Runs": ``claimed_at`` and ``started_at`` are the current attempt's, so a retried
+  attempt moves both.
 
 The harness is the engine contract's (``tests.contract.test_engine_contract``), on the
 ``temporal`` engine only.
@@ -16,21 +21,32 @@ The harness is the engine contract's (``tests.contract.test_engine_contract``), 
 
 from __future__ import annotations
 
+import asyncio
 import dataclasses
+import logging
 import threading
 import time
-from collections.abc import Callable, Iterator
+import uuid
+from collections.abc import Callable, Iterator, Sequence
+from datetime import datetime
 from typing import Any
 
 import pytest
+from temporalio import workflow
+from temporalio.api.common.v1 import Payload
+from temporalio.client import Client
+from temporalio.common import WorkflowIDReusePolicy
+from temporalio.converter import DataConverter, PayloadCodec
+from temporalio.worker import UnsandboxedWorkflowRunner, Worker
 
 from punctual.adapters.engines.temporal.engine import TemporalEngine
+from punctual.adapters.engines.temporal.ledger import SqlRunLedger
 from punctual.adapters.engines.temporal.sync import sync_runs
 from punctual.adapters.engines.temporal.worker import TemporalWorker
 from punctual.adapters.stores.sql.tables import runs as runs_table
 from punctual.domain.runs import RunState
 from punctual.ports.records import WorkerRecord
-from punctual.usecases import runs
+from punctual.usecases import health, runs
 from punctual.usecases.definitions import register_worker
 from punctual.usecases.dispatch import dispatch_due
 from punctual.workflows import load_app
@@ -270,3 +286,187 @@ def test_unreadable_input_fails_its_run_alone(harness: Harness) -> None:
     assert key_unknown.error["code"] == "input_key_unknown"
     assert h.body_runs(damaged) == h.body_runs(unknown) == 0
     assert h.body_runs(fine) == 1
+    # Both are failures no body can fix: the tenant's health shows them until acknowledged.
+    report = health.report(h.services, ADMIN)
+    assert report["status"] == "degraded"
+    findings = {f["subject_id"]: f for f in report["findings"] if f["kind"] == "run_failed"}
+    assert set(findings) == {damaged, unknown}
+    assert findings[damaged]["severity"] == "error"
+    assert findings[damaged]["message"].startswith(f"run {damaged} failed: ")
+    assert "failed authentication" in findings[damaged]["message"]
+
+
+_SEALED = b"binary/test-sealed"
+
+
+class SealingCodec(PayloadCodec):
+    """Wraps every payload in an encoding punctual's converter does not know."""
+
+    async def encode(self, payloads: Sequence[Payload]) -> list[Payload]:
+        return [
+            Payload(metadata={"encoding": _SEALED}, data=p.SerializeToString()) for p in payloads
+        ]
+
+    async def decode(self, payloads: Sequence[Payload]) -> list[Payload]:
+        return [Payload.FromString(p.data) for p in payloads]
+
+
+@workflow.defn(name="test.sealed_result")
+class SealedResult:
+    @workflow.run
+    async def run(self) -> dict[str, str]:
+        return {"said": "a result sealed with a codec punctual does not have"}
+
+
+def replace_with_sealed_execution(address: str, run_id: str) -> None:
+    """A new execution under the run's id whose result punctual's converter cannot decode
+    (as if a worker with its own payload codec had taken the id)."""
+
+    async def run() -> None:
+        converter = dataclasses.replace(DataConverter.default, payload_codec=SealingCodec())
+        client = await Client.connect(address, namespace="default", data_converter=converter)
+        queue = f"sealed-{uuid.uuid4().hex[:8]}"
+        async with Worker(
+            client,
+            task_queue=queue,
+            workflows=[SealedResult],
+            workflow_runner=UnsandboxedWorkflowRunner(),
+        ):
+            await client.execute_workflow(
+                SealedResult.run,
+                id=run_id,
+                task_queue=queue,
+                id_reuse_policy=WorkflowIDReusePolicy.ALLOW_DUPLICATE,
+            )
+
+    asyncio.run(run())
+
+
+def completed_then_forgotten(h: Harness, count: int) -> list[str]:
+    """Runs that completed in Temporal whose outcome the store lost (the sync must bring it)."""
+    assert h.temporal_address is not None
+    run_ids = [h.dispatch("count", {}) for _ in range(count)]
+    for run_id in run_ids:
+        h.wait(run_id, finished)
+        assert wait_temporal_status(h.temporal_address, run_id, "COMPLETED") == "COMPLETED"
+        forget_outcome(h, run_id)
+    return run_ids
+
+
+def test_the_sync_ends_an_undecodable_outcome_alone_and_syncs_the_rest_of_the_page(
+    harness: Harness, caplog: pytest.LogCaptureFixture
+) -> None:
+    h = harness
+    before, sealed, after = completed_then_forgotten(h, 3)
+    assert h.temporal_address is not None
+    replace_with_sealed_execution(h.temporal_address, sealed)
+    assert isinstance(h.engine, TemporalEngine)
+
+    with caplog.at_level(logging.DEBUG):
+        report = sync_runs(h.services, h.engine)  # one page holds all three
+
+    assert report.undecodable == [sealed]
+    assert set(report.finished) == {before, sealed, after}
+    assert h.run(before).state is h.run(after).state is RunState.COMPLETED
+    lost = h.run(sealed)
+    assert lost.state is RunState.FAILED
+    assert lost.result is None
+    assert lost.error is not None
+    assert lost.error["code"] == "engine_execution_lost"
+    assert "cannot be decoded" in lost.error["message"]
+    assert "test-sealed" not in lost.error["message"]  # the exception's text is not kept
+    assert "test-sealed" not in caplog.text
+    assert f"run={sealed}" in caplog.text
+    # Recorded once: the next pass has nothing left to do for it.
+    assert sync_runs(h.services, h.engine).finished == []
+
+
+class RaisingLedger(SqlRunLedger):
+    """Recording the outcome of some runs raises an exception whose text quotes a value."""
+
+    def __init__(self, store: Any, failing: set[str]) -> None:
+        super().__init__(store)
+        self.failing = failing
+
+    def finish(self, run_id: str, *rest: Any) -> bool:
+        if run_id in self.failing:
+            raise ValueError("unexpected value 's3cret-of-the-input'")
+        return super().finish(run_id, *rest)
+
+
+def test_the_sync_leaves_a_record_whose_handling_raises_and_syncs_the_others(
+    harness: Harness, caplog: pytest.LogCaptureFixture
+) -> None:
+    h = harness
+    before, raising, after = completed_then_forgotten(h, 3)
+    assert isinstance(h.engine, TemporalEngine)
+    ledger = RaisingLedger(h.system.store, {raising})
+
+    with caplog.at_level(logging.DEBUG):
+        report = sync_runs(h.services, h.engine, ledger=ledger)
+
+    assert report.skipped == [raising]
+    assert set(report.finished) == {before, after}
+    assert h.run(before).state is h.run(after).state is RunState.COMPLETED
+    assert h.run(raising).state is RunState.RUNNING  # left for the next pass
+    assert "s3cret" not in caplog.text
+    assert f"run={raising} error_type=ValueError" in caplog.text
+    assert sync_runs(h.services, h.engine).finished == [raising]  # the next pass, healed
+    assert h.run(raising).state is RunState.COMPLETED
+
+
+def test_the_sync_leaves_a_run_it_cannot_observe_and_syncs_the_others(
+    harness: Harness, monkeypatch: pytest.MonkeyPatch, caplog: pytest.LogCaptureFixture
+) -> None:
+    h = harness
+    before, unobservable, after = completed_then_forgotten(h, 3)
+    engine = h.engine
+    assert isinstance(engine, TemporalEngine)
+    observe_one = engine._observe_one
+
+    async def failing_for_one(client: Client, run_id: str) -> Any:
+        if run_id == unobservable:  # a defect, not an outage: no reach error
+            raise LookupError("no 's3cret-of-the-result' here")
+        return await observe_one(client, run_id)
+
+    monkeypatch.setattr(engine, "_observe_one", failing_for_one)
+    with caplog.at_level(logging.DEBUG):
+        report = sync_runs(h.services, engine)
+
+    assert report.skipped == [unobservable]
+    assert set(report.finished) == {before, after}
+    assert h.run(unobservable).state is RunState.RUNNING  # left for the next pass
+    assert "s3cret" not in caplog.text
+    assert f"run={unobservable} error_type=LookupError" in caplog.text
+    monkeypatch.undo()
+    assert sync_runs(h.services, engine).finished == [unobservable]
+
+
+def attempt_times(h: Harness, run_id: str) -> tuple[datetime | None, datetime | None]:
+    run = h.run(run_id)
+    return run.claimed_at, run.started_at
+
+
+def test_a_retried_attempt_moves_claimed_at_and_started_at(harness: Harness) -> None:
+    h = harness
+    run_id = h.dispatch("stubborn", {"seconds": 1.5})
+    h.wait_for_mark(f"{run_id}.tick")
+    deadline = time.monotonic() + 5
+    while attempt_times(h, run_id)[1] is None:  # recorded just after the body began
+        assert time.monotonic() < deadline, "started_at of attempt 1 was never recorded"
+        time.sleep(0.05)
+    first_claimed, first_started = attempt_times(h, run_id)
+    assert first_claimed is not None and first_started is not None
+    assert first_claimed <= first_started
+    h.stop_worker()  # no grace: the body is killed mid-way
+    h.worker_up()
+
+    run = h.wait(run_id, finished, timeout=30)
+
+    assert run.state is RunState.COMPLETED, run
+    assert run.attempts == 2
+    assert run.claimed_at is not None and run.started_at is not None
+    assert run.claimed_at > first_started  # attempt 2 was taken after attempt 1 began
+    assert run.claimed_at <= run.started_at
+    assert run.started_at > first_started
+    assert run.ended_at is not None and run.started_at <= run.ended_at

@@ -3,12 +3,13 @@
 Temporal retries an attempt whose worker stopped heartbeating as a new attempt, while the
 old worker may live on; the store must take the word of the newest attempt only: an
 outcome of attempt N is refused once attempt N+1 was recorded, and no outcome is accepted
-for a run already terminal.
+for a run already terminal. ``claimed_at`` and ``started_at`` are the current attempt's
+(API.md "Runs"), and a run failed for unreadable input raises a health finding (FT-1).
 """
 
 from __future__ import annotations
 
-from datetime import UTC, datetime
+from datetime import UTC, datetime, timedelta
 from pathlib import Path
 from typing import Any
 
@@ -16,8 +17,9 @@ import sqlalchemy as sa
 
 from punctual import bootstrap
 from punctual.adapters.engines.temporal.ledger import OutcomeRefused, SqlRunLedger
-from punctual.domain.runs import RunState
-from punctual.usecases import runs
+from punctual.domain.runs import RunErrorCode, RunState, run_error
+from punctual.usecases import health, runs
+from punctual.usecases.projections import ts
 from tests.conftest import make_settings
 from tests.integration.test_run_operations_faults import ALICE, dispatched_run
 from tests.support.api import live_worker
@@ -101,5 +103,92 @@ def test_a_refused_outcome_is_recorded_as_result_not_storable(
         assert view["state"] == "failed"
         assert view["result"] is None
         assert view["error"]["code"] == "result_not_storable"
+    finally:
+        system.close()
+
+
+def _times(system: bootstrap.Punctual, run_id: str) -> tuple[str | None, str | None]:
+    view = runs.get(system.services, ALICE, run_id)
+    return view["claimed_at"], view["started_at"]
+
+
+def test_claimed_at_and_started_at_are_the_current_attempts(
+    database_url: str, tmp_path: Path
+) -> None:
+    system = bootstrap.build(make_settings(database_url, tmp_path))
+    try:
+        live_worker(system)
+        run_id = dispatched_run(system)
+        ledger = SqlRunLedger(system.store)
+        at = datetime(2030, 1, 1, tzinfo=UTC)
+        second = timedelta(seconds=1)
+        assert ledger.mark_running(run_id, 1, at)
+        assert _times(system, run_id) == (ts(at), None)  # taken; the body has not begun
+        assert ledger.mark_started(run_id, 1, at + second)
+        assert _times(system, run_id) == (ts(at), ts(at + second))
+        # The sync marking the same attempt later changes neither.
+        assert ledger.mark_running(run_id, 1, at + 5 * second)
+        assert _times(system, run_id) == (ts(at), ts(at + second))
+
+        assert ledger.mark_running(run_id, 2, at + 10 * second)  # Temporal retried
+        assert _times(system, run_id) == (ts(at + 10 * second), None)
+        assert not ledger.mark_started(run_id, 1, at + 11 * second), "a superseded attempt"
+        assert ledger.mark_started(run_id, 2, at + 12 * second)
+        assert _times(system, run_id) == (ts(at + 10 * second), ts(at + 12 * second))
+
+        assert ledger.finish(run_id, RunState.COMPLETED, 2, {"ok": True}, None, at + 20 * second)
+        assert _times(system, run_id) == (ts(at + 10 * second), ts(at + 12 * second))
+        assert not ledger.mark_started(run_id, 2, at + 21 * second), "the run has ended"
+    finally:
+        system.close()
+
+
+def test_an_outcome_of_a_newer_attempt_clears_the_older_attempts_times(
+    database_url: str, tmp_path: Path
+) -> None:
+    """The sync records attempt 2's outcome from Temporal, its worker never wrote: attempt
+    1's times are not attempt 2's, and attempt 2's are not known."""
+    system = bootstrap.build(make_settings(database_url, tmp_path))
+    try:
+        live_worker(system)
+        run_id = dispatched_run(system)
+        ledger = SqlRunLedger(system.store)
+        at = datetime(2030, 1, 1, tzinfo=UTC)
+        assert ledger.mark_running(run_id, 1, at)
+        assert ledger.mark_started(run_id, 1, at)
+        assert ledger.finish(run_id, RunState.COMPLETED, 2, {"ok": True}, None, at)
+        assert _times(system, run_id) == (None, None)
+    finally:
+        system.close()
+
+
+def test_a_run_failed_for_unreadable_input_degrades_health_until_acknowledged(
+    database_url: str, tmp_path: Path
+) -> None:
+    system = bootstrap.build(make_settings(database_url, tmp_path))
+    try:
+        live_worker(system)
+        unreadable, key_unknown, raising = (dispatched_run(system) for _ in range(3))
+        ledger = SqlRunLedger(system.store)
+        now = datetime.now(UTC)
+        for run_id, code in (
+            (unreadable, RunErrorCode.INPUT_UNDECRYPTABLE),
+            (key_unknown, RunErrorCode.INPUT_KEY_UNKNOWN),
+            (raising, RunErrorCode.WORKFLOW_ERROR),
+        ):
+            error = run_error(code, f"run {run_id}: the reason")
+            assert ledger.finish(run_id, RunState.FAILED, 1, None, error, now)
+
+        report = health.report(system.services, ALICE)
+        assert report["status"] == "degraded"
+        found = {f["subject_id"]: f for f in report["findings"] if f["kind"] == "run_failed"}
+        assert set(found) == {unreadable, key_unknown}  # a body raising is no finding
+        assert found[unreadable]["severity"] == "error"
+        assert (
+            found[unreadable]["message"] == f"run {unreadable} failed: run {unreadable}: the reason"
+        )
+        for finding in found.values():
+            system.mutations.run(None, health.acknowledge(system.services, ALICE, finding["id"]))
+        assert health.report(system.services, ALICE)["status"] == "ok"
     finally:
         system.close()

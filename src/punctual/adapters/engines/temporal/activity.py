@@ -10,7 +10,9 @@ turns it into a body running in one of the worker's child processes (the local e
    start ended without dispatching);
 2. a run the store has already finished is not started again (a retried attempt after
    a worker died just after recording its outcome);
-3. decrypt, record ``running`` with Temporal's attempt number, submit to a free slot.
+3. decrypt, record ``running`` with Temporal's attempt number (the attempt's
+   ``claimed_at``), submit to a free slot; once the child process begins the body, record
+   that attempt's ``started_at`` (before its outcome, so a quick body has both).
    Input this worker cannot read fails that run alone (FT-1): a ciphertext that fails
    authentication ends it ``failed`` (``input_undecryptable``) at once; a key id this
    worker does not hold fails the attempt retryably (``input_key_unknown``), so Temporal
@@ -103,6 +105,9 @@ class RunExecutor:
         self._waiting: dict[str, asyncio.Future[Outcome]] = {}
         self._attempts: dict[str, int] = {}
         """The attempt of each run that this worker currently executes."""
+        self._start_writes: dict[str, asyncio.Task[None]] = {}
+        """Per run, the write of its current attempt's ``started_at`` (awaited before the
+        outcome is recorded, so the outcome never lands first)."""
 
     def start(self, loop: asyncio.AbstractEventLoop) -> None:
         """Spawn the slot processes (blocking: each imports the app)."""
@@ -129,12 +134,16 @@ class RunExecutor:
             # Ended in the store since we read it (canceled while still pending).
             return self._already_ended(current_record)
         self._attempts[record.id] = attempt  # an older attempt still here no longer records
+        start_write: asyncio.Task[None] | None = None
         try:
             outcome, canceled_by_temporal = await self._run_body(record, attempt, payload)
         finally:
             current = self._attempts.get(record.id) == attempt
             if current:
                 del self._attempts[record.id]
+                start_write = self._start_writes.pop(record.id, None)
+        if start_write is not None:
+            await start_write
         error = coded_outcome_error(outcome.state, outcome.error)
         if current:
             state = RunState(outcome.state)
@@ -432,6 +441,31 @@ class RunExecutor:
 
     def _on_started(self, run_id: str) -> None:
         log.debug("event=run_body_started run=%s", run_id)
+        now = self._now()
+        loop = self._loop
+        if loop is not None and not loop.is_closed():
+            # Queued before this body's outcome (``_done``), which the pool reports later.
+            loop.call_soon_threadsafe(self._body_began, run_id, now)
+
+    def _body_began(self, run_id: str, at: datetime) -> None:
+        attempt = self._attempts.get(run_id)
+        if attempt is None:  # no attempt of this run is current here any more
+            return
+        self._start_writes[run_id] = asyncio.get_running_loop().create_task(
+            self._note_started(run_id, attempt, at)
+        )
+
+    async def _note_started(self, run_id: str, attempt: int, at: datetime) -> None:
+        """Best effort, like every write of this worker: a miss leaves ``started_at`` empty."""
+        try:
+            await asyncio.to_thread(self._ledger.mark_started, run_id, attempt, at)
+        except Exception as exc:
+            log.warning(
+                "event=run_store_write_failed run=%s attempt=%d what=started_at error_type=%s",
+                run_id,
+                attempt,
+                type(exc).__name__,
+            )
 
     def _done(self, outcome: Outcome) -> None:
         loop = self._loop

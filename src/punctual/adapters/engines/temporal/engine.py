@@ -96,6 +96,8 @@ class Observation:
     ended_at: datetime | None = None
     cancel_acknowledged: bool = False
     """Temporal has recorded a cancel request for the (still open) execution."""
+    undecodable: bool = False
+    """The execution closed with an outcome punctual cannot decode (see ``_closed``)."""
 
 
 class LoopThread:
@@ -232,15 +234,20 @@ class TemporalEngine:
     # ---- for the sync ------------------------------------------------------------------
 
     def observe(self, run_ids: Sequence[str]) -> dict[str, Observation]:
-        """Temporal's view of each run: state, attempts, and result or error once closed."""
+        """Temporal's view of each run: state, attempts, and result or error once closed.
+
+        One run whose observation raises for any other reason than reaching Temporal is
+        logged (its id and the exception type, never the text, which may quote a result)
+        and left out, so the others are still observed (FT-1); an outage raises
+        ``EngineUnavailable`` for the whole batch."""
         if not run_ids:
             return {}
 
-        async def observe_all(client: Client) -> list[Observation]:
-            return await self._gather(client, [self._observe_one(client, r) for r in run_ids])
+        async def observe_all(client: Client) -> list[Observation | None]:
+            return await self._gather(client, [self._observe_alone(client, r) for r in run_ids])
 
         found = self._call(observe_all, f"describing {len(run_ids)} run(s)", len(run_ids))
-        return {observation.run_id: observation for observation in found}
+        return {observation.run_id: observation for observation in found if observation}
 
     def open_executions(self, limit: int) -> list[str]:
         """Run ids of open ``punctual.run`` executions, as Temporal's visibility lists them
@@ -354,6 +361,17 @@ class TemporalEngine:
             # A closed execution with this id exists: this run already started once.
             log.debug("event=temporal_start_converged run=%s", order.run_id)
 
+    async def _observe_alone(self, client: Client, run_id: str) -> Observation | None:
+        try:
+            return await self._observe_one(client, run_id)
+        except _REACH_ERRORS:
+            raise
+        except Exception as exc:
+            log.warning(
+                "event=temporal_observe_failed run=%s error_type=%s", run_id, type(exc).__name__
+            )
+            return None
+
     async def _observe_one(self, client: Client, run_id: str) -> Observation:
         handle = client.get_workflow_handle(run_id)
         try:
@@ -402,12 +420,33 @@ def _running(run_id: str, pending: Sequence[Any]) -> Observation:
 
 
 async def _closed(client: Client, run_id: str, events: Sequence[HistoryEvent]) -> Observation:
+    """A closed execution's outcome. One punctual cannot decode (a payload encoding or
+    shape its converter does not read: written by something else than punctual's worker)
+    ends the run ``failed`` with ``engine_execution_lost``: the history of a closed
+    execution never changes and the converter reads no outside state, so the next pass
+    would fail the same way."""
     attempts = 0
     for event in events:
         if event.HasField("activity_task_started_event_attributes"):
             attempts = max(attempts, event.activity_task_started_event_attributes.attempt)
     last = events[-1]
     ended_at = last.event_time.ToDatetime(tzinfo=UTC)
+    try:
+        return await _decoded(client, run_id, last, attempts, ended_at)
+    except Exception as exc:
+        kind = type(exc).__name__
+        log.warning("event=temporal_outcome_undecodable run=%s error_type=%s", run_id, kind)
+        error = run_error(
+            RunErrorCode.ENGINE_EXECUTION_LOST,
+            f"the outcome of run {run_id}'s Temporal execution cannot be decoded ({kind}); "
+            "was the execution written by a worker other than punctual's?",
+        )
+        return Observation(run_id, "failed", attempts, None, error, ended_at, undecodable=True)
+
+
+async def _decoded(
+    client: Client, run_id: str, last: HistoryEvent, attempts: int, ended_at: datetime
+) -> Observation:
     converter = client.data_converter
     if last.HasField("workflow_execution_completed_event_attributes"):
         payloads = last.workflow_execution_completed_event_attributes.result.payloads

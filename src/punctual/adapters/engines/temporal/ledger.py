@@ -21,6 +21,18 @@ cannot hold) is never a reason to run the body again: the caller records the run
 Temporal runs are marked ``claimed_by = 'temporal'`` once they run, with no lease: the
 local reaper's lease recovery (``release_lost``) never touches them, since Temporal
 retries lost workers itself.
+
+``claimed_at`` and ``started_at`` describe the current attempt (API.md "Runs"):
+``mark_running`` of a newer attempt sets ``claimed_at`` (a worker took that attempt) and
+clears ``started_at``, which ``mark_started`` sets once that attempt's body began. An
+outcome of an attempt newer than the recorded one (the sync learning it from Temporal
+after the worker could not write) clears both: the times of an older attempt would be
+wrong, and the newer one's are not known.
+
+A run that ends ``failed`` because its input cannot be read (``input_undecryptable``, or
+``input_key_unknown`` once Temporal's attempts are used up) raises a ``run_failed`` health
+finding in the same transaction, as the local worker does, so the tenant's health report
+is degraded until someone acknowledges it, whoever recorded the outcome.
 """
 
 from __future__ import annotations
@@ -40,6 +52,11 @@ from punctual.ports.store import Store, Tx
 
 TEMPORAL_CLAIM = "temporal"
 """``claimed_by`` of a run that Temporal executes (it holds no store lease)."""
+RUN_FAILED_FINDING = "run_failed"
+"""The health finding of a run that failed for a reason its body cannot fix (the local
+worker raises the same kind)."""
+_FINDING_CODES = frozenset({RunErrorCode.INPUT_UNDECRYPTABLE, RunErrorCode.INPUT_KEY_UNKNOWN})
+"""Run error codes that raise ``RUN_FAILED_FINDING``: the input cannot be read."""
 
 _ACTIVE = (RunState.PENDING.value, RunState.RUNNING.value)
 _IDS_PER_QUERY = 500
@@ -116,7 +133,12 @@ class RunLedger(Protocol):
 
     def mark_running(self, run_id: str, attempts: int, now: datetime) -> bool:
         """``running`` with at least ``attempts``; False unless the run is still active and
-        no later attempt than ``attempts`` was recorded."""
+        no later attempt than ``attempts`` was recorded. A newer attempt than the recorded
+        one is claimed at ``now`` and has not started its body yet."""
+
+    def mark_started(self, run_id: str, attempts: int, now: datetime) -> bool:
+        """The body of attempt ``attempts`` began at ``now`` (``started_at``); False unless
+        the run is still active at exactly that attempt."""
 
     def finish(
         self,
@@ -166,6 +188,11 @@ def _record(row: sa.RowMapping) -> RunRecord:
 
 def _at_least(attempts: int) -> sa.Case[Any]:
     return sa.case((_r.attempts < attempts, attempts), else_=_r.attempts)
+
+
+def _newer(attempts: int) -> sa.ColumnElement[bool]:
+    """``attempts`` is a later attempt than the recorded one (a pending run has none)."""
+    return _r.attempts < attempts
 
 
 def _current(run_id: str, attempts: int) -> list[sa.ColumnElement[bool]]:
@@ -228,10 +255,25 @@ class SqlRunLedger:
             .values(
                 state=RunState.RUNNING.value,
                 attempts=_at_least(attempts),
-                started_at=sa.func.coalesce(_r.started_at, now),
+                # A newer attempt is taken now and its body has not begun; marking the
+                # same attempt again (the sync and its worker both) keeps its times.
+                claimed_at=sa.case(
+                    (sa.or_(_newer(attempts), _r.claimed_at.is_(None)), now),
+                    else_=_r.claimed_at,
+                ),
+                started_at=sa.case((_newer(attempts), sa.null()), else_=_r.started_at),
                 claimed_by=TEMPORAL_CLAIM,
                 lease_until=None,
             )
+        )
+        with self._store.transaction() as tx:
+            return _conn(tx).execute(update).rowcount == 1
+
+    def mark_started(self, run_id: str, attempts: int, now: datetime) -> bool:
+        update = (
+            sa.update(t.runs)
+            .where(_r.id == run_id, _r.state.in_(_ACTIVE), _r.attempts == attempts)
+            .values(started_at=now)
         )
         with self._store.transaction() as tx:
             return _conn(tx).execute(update).rowcount == 1
@@ -281,10 +323,13 @@ class SqlRunLedger:
                 result=result,
                 error=error,
                 ended_at=now,
+                # Times of an older attempt would be wrong; this attempt's are not known.
+                claimed_at=sa.case((_newer(attempts), sa.null()), else_=_r.claimed_at),
+                started_at=sa.case((_newer(attempts), sa.null()), else_=_r.started_at),
                 claimed_by=TEMPORAL_CLAIM,
                 lease_until=None,
             )
-            .returning(_r.schedule_id)
+            .returning(_r.schedule_id, _r.tenant)
         )
         with self._store.transaction() as tx:
             ended = _conn(tx).execute(update).first()
@@ -293,4 +338,13 @@ class SqlRunLedger:
             if ended.schedule_id is not None:
                 # Follow-through bookkeeping (CR-4), as the local worker does.
                 tx.schedules.note_status({ended.schedule_id: state.value})
+            if state is RunState.FAILED and error and error.get("code") in _FINDING_CODES:
+                tx.findings.raise_finding(
+                    ended.tenant,
+                    RUN_FAILED_FINDING,
+                    run_id,
+                    "error",
+                    f"run {run_id} failed: {error.get('message', '')}",
+                    now,
+                )
             return True

@@ -14,10 +14,12 @@ flight), so the runner can call it on a timer; ``SyncLoop`` does exactly that in
 thread. A run Temporal has never heard of is started again when it never ran
 (restoring after an engine outage lost its state, DP-6), or failed when it was running.
 
-Records are handled one by one (FT-1): one whose handling raises is logged and left for
-the next pass, and the rest of the page syncs; an outcome the store refuses (FT-3) ends
-that run ``failed`` with ``result_not_storable``. Only an outage (``Unavailable``) stops
-the pass.
+Records are handled one by one (FT-1): one whose observation or handling raises is logged
+(run id and exception type only: the text may quote a result or input) and left for the
+next pass, and the rest of the page syncs; an outcome the store refuses (FT-3) ends that
+run ``failed`` with ``result_not_storable``; a closed execution whose outcome cannot be
+decoded, which no later pass could decode either, ends it ``failed`` with
+``engine_execution_lost``. Only an outage (``Unavailable``) stops the pass.
 
 The store changes first and the engine follows (FT-6): run cancel and terminate are
 recorded by the run use case, which then tells Temporal once; when Temporal did not get
@@ -63,8 +65,11 @@ class SyncReport:
     """Runs whose outcome the store refused, recorded failed (``result_not_storable``)."""
     signaled: list[str] = field(default_factory=list)
     """Runs whose cancel or terminate was sent to Temporal again (FT-6)."""
+    undecodable: list[str] = field(default_factory=list)
+    """Runs whose closed execution's outcome could not be decoded, recorded failed."""
     skipped: list[str] = field(default_factory=list)
-    """Runs whose handling raised; left for the next pass, the others went on."""
+    """Runs whose observation or handling raised; left for the next pass, the others went
+    on."""
 
 
 def sync_runs(
@@ -90,7 +95,8 @@ def sync_runs(
         restart: list[RunRecord] = []
         for record in page:
             observation = observed.get(record.id)
-            if observation is None:
+            if observation is None:  # its observation raised (logged by the engine)
+                report.skipped.append(record.id)
                 continue
             if observation.state == "missing" and (
                 record.state is RunState.PENDING and record.attempts == 0
@@ -135,8 +141,13 @@ def _isolated(
             report.signaled.append(record.id)
     except Unavailable:
         raise
-    except Exception:
-        log.exception("event=temporal_sync_record_failed run=%s", record.id)
+    except Exception as exc:
+        # The type only: the text of an exception may quote the run's result or input.
+        log.warning(
+            "event=temporal_sync_record_failed run=%s error_type=%s",
+            record.id,
+            type(exc).__name__,
+        )
         report.skipped.append(record.id)
 
 
@@ -187,6 +198,8 @@ def _apply(
             report.unstorable.append(record.id)
     if recorded:
         report.finished.append(record.id)
+        if observation.undecodable:
+            report.undecodable.append(record.id)
         services.events.emit(
             Event(f"run.{state.value}", record.tenant, record.id, {"attempt": attempts})
         )
@@ -259,8 +272,8 @@ class SyncLoop:
                 if self.last_error is None:
                     log.warning("event=temporal_sync_unavailable error=%s", exc)
                 self.last_error = str(exc)
-            except Exception as exc:
-                log.exception("event=temporal_sync_failed")
-                self.last_error = str(exc)
+            except Exception as exc:  # a defect: the type only, the text may quote values
+                log.error("event=temporal_sync_failed error_type=%s", type(exc).__name__)
+                self.last_error = type(exc).__name__
             self._wake.wait(self._interval)
             self._wake.clear()
