@@ -117,6 +117,12 @@ class Runner:
         outage_backoff = 0.0
         next_reap = 0.0
         while not self._stop.is_set():
+            if not self.status.engine_available and not self._engine_answers():
+                # The breaker is open: probe, never claim. A pass would only claim a page
+                # and give it back, making starts flicker to `dispatching` meanwhile.
+                outage_backoff = min(_MAX_OUTAGE_BACKOFF, max(0.2, outage_backoff * 2))
+                self._stop.wait(outage_backoff)
+                continue
             try:
                 claimed = self.dispatch_once()
                 if time.monotonic() >= next_reap:
@@ -148,6 +154,13 @@ class Runner:
             except Unavailable:
                 pause = self._options.max_idle_seconds
             self._doorbell.wait(pause)
+
+    def _engine_answers(self) -> bool:
+        try:
+            return self._services.engine.available()
+        except Exception:  # a probe never takes the loop down
+            log.exception("event=engine_probe_failed runner=%s", self.id)
+            return False
 
     def _note_outage(self, problem: str | None) -> None:
         """Raise or clear the host-wide ``engine_unavailable`` finding (DP-3). Best effort:
