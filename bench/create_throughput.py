@@ -1,16 +1,22 @@
-"""Scheduled starts created per second through the real HTTP server.
+"""Scheduled starts created per second through the real HTTP server, single and batch.
 
-For each backend (SQLite, PostgreSQL) and each client count (1, 16) it makes a fresh
-database, starts ``punctual serve --components api`` (one process: one uvicorn worker,
-the only option ``serve`` has), and runs the load generator (``bench.loadgen``, its own
-process) ``--runs`` times: a warm-up, then ``--count`` timed ``POST .../scheduled-starts``,
-each with a unique ``Idempotency-Key``. It reports the median creates/s of the runs with
-min and max, request latency, and the CPU each process used (100 % = one core).
+For each backend (SQLite, PostgreSQL) it deploys every variant at once, each on a fresh
+database with its own ``punctual serve --components api`` process(es): single creates with
+1 and 16 clients, the batch route (``--batch-size`` items per request, ``--batch-clients``
+clients), two API processes, the 16-client case with ``--preload`` pending starts inserted
+first, and ``GET /healthz`` (the HTTP stack's floor). It then runs the load generator
+(``bench.loadgen``, its own process) against the variants in turn, ``--runs`` rounds, so the
+variants are measured side by side and share the machine's noise. It reports the median
+creates/s of the runs with min and max, request latency, the CPU each process used
+(100 % = one core) and the ratios the targets are stated in (creates/s over the floor of
+the same run, with the backlog over without).
 
 ``--profile`` then runs the same load once more against an in-process copy of the
 server under cProfile (``bench.profile_server``) and prints where the time goes.
 
     .venv/bin/python -m bench.create_throughput
+    .venv/bin/python -m bench.create_throughput --backends postgres --clients 16 \
+        --api-processes 2 --preload 100000 --routes create,batch
     .venv/bin/python -m bench.create_throughput --backends postgres --clients 16 --profile
 """
 
@@ -98,12 +104,14 @@ def load(
     database_url: str,
     around: Callable[[], AbstractContextManager[Any]] = contextlib.nullcontext,
     route: str = "create",
+    batch_size: int = 500,
 ) -> RunResult:
-    """One run of the load generator; ``around`` wraps just the timed phase (a profiler)."""
+    """One run of the load generator; ``around`` wraps just the timed phase (a profiler).
+    For the batch route ``count`` and ``warmup`` are requests of ``batch_size`` items."""
     port_list = ",".join(str(p) for p in ports)
     argv = [str(PYTHON), "-m", "bench.loadgen", "--port", port_list, "--token", DEV_TOKEN]
     argv += ["--clients", str(clients), "--count", str(count), "--warmup", str(warmup)]
-    argv += ["--tag", tag, "--handshake", "--route", route]
+    argv += ["--tag", tag, "--handshake", "--route", route, "--batch-size", str(batch_size)]
     generator = subprocess.Popen(
         argv,
         stdin=subprocess.PIPE,
@@ -151,22 +159,44 @@ def load(
     )
 
 
-def measure(
-    backend: str,
-    clients: int,
-    args: argparse.Namespace,
-    log_dir: Path,
-    route: str = "create",
-    processes: int = 1,
-    preload: int = 0,
-) -> list[RunResult]:
-    """Fresh database, ``processes`` API servers (the load generator alternates between
-    them, as a balancer would between uvicorn workers), ``args.runs`` runs."""
-    with fresh_target(backend, "create") as target, contextlib.ExitStack() as stack:
-        prepare(target, preload)
+@dataclass(frozen=True)
+class Variant:
+    backend: str
+    route: str
+    """create (POST scheduled-starts), batch (POST scheduled-starts/batch) or healthz."""
+    clients: int
+    processes: int = 1
+    preload: int = 0
+
+    @property
+    def label(self) -> str:
+        what = {"create": "create", "batch": "batch", "healthz": "GET /healthz"}[self.route]
+        label = f"{self.backend} {what}"
+        if self.processes > 1:
+            label += f" x{self.processes} processes"
+        if self.preload:
+            label += f" +{self.preload:,} pending"
+        return label
+
+
+@dataclass
+class Deployment:
+    variant: Variant
+    target: Target
+    ports: list[int]
+    servers: list[Proc]
+    results: list[RunResult]
+
+
+@contextlib.contextmanager
+def deployed(variant: Variant, log_dir: Path) -> Iterator[Deployment]:
+    """Fresh database, ``variant.processes`` API servers (the load generator alternates
+    between them, as a balancer would between uvicorn workers)."""
+    with fresh_target(variant.backend, "create") as target, contextlib.ExitStack() as stack:
+        prepare(target, variant.preload)
         ports: list[int] = []
         servers: list[Proc] = []
-        for n in range(processes):
+        for n in range(variant.processes):
             port = free_port()
             server = spawn(f"serve-api{n}", serve_argv(target, "api", port), target, log_dir)
             stack.enter_context(running(server))
@@ -174,28 +204,82 @@ def measure(
             servers.append(server)
             # One at a time: each start ensures tenant ``default`` and its dev token.
             wait_until("the API", partial(http_ready, port), STARTUP_SECONDS, procs=servers)
-        results = []
-        label = f"{backend} x{processes}" if processes > 1 else backend
-        label += f" +{preload} pending" if preload else ""
-        for run in range(1, args.runs + 1):
-            tag = f"ct-{backend}-{clients}-{processes}-{run}"
-            result = load(
-                ports, clients, args.count, args.warmup, tag, servers, target.url, route=route
+        yield Deployment(variant, target, ports, servers, [])
+
+
+def run_once(deployment: Deployment, run: int, args: argparse.Namespace) -> RunResult:
+    v = deployment.variant
+    batch = v.route == "batch"
+    count = max(1, args.count // args.batch_size) if batch else args.count
+    warmup = 1 if batch else args.warmup
+    tag = f"ct-{v.backend}-{v.route}-{v.clients}-{v.processes}-{v.preload}-{run}"
+    result = load(
+        deployment.ports,
+        v.clients,
+        count,
+        warmup,
+        tag,
+        deployment.servers,
+        deployment.target.url,
+        route=v.route,
+        batch_size=args.batch_size,
+    )
+    unit = "creates/s" if v.route != "healthz" else "req/s"
+    print(
+        f"   {v.label:<40} clients={v.clients:<3} run {run}: {result.rate:,.0f} {unit}"
+        f"  server CPU {result.server_ms_per_request:.3f} ms/item"
+        f"  p50 {result.p50_ms:.1f} ms  p99 {result.p99_ms:.1f} ms  errors {result.errors}"
+        f"  cpu server {result.server_cpu:.0f}% postgres {result.postgres_cpu:.0f}%"
+        f" client {result.client_cpu:.0f}% others {result.others_cpu:.0f}%",
+        flush=True,
+    )
+    if result.sample_error:
+        print(f"     first error: {result.sample_error}", flush=True)
+    return result
+
+
+def variants_of(backend: str, args: argparse.Namespace) -> list[Variant]:
+    clients = [int(c) for c in parse_list(args.clients)]
+    most = max(clients)
+    processes = [int(n) for n in parse_list(args.api_processes)]
+    routes = parse_list(args.routes)
+    found: list[Variant] = []
+    if "create" in routes:
+        found += [Variant(backend, "create", c) for c in clients]
+        found += [Variant(backend, "create", most, p) for p in processes if p > 1]
+        if args.preload:
+            found.append(Variant(backend, "create", most, max(processes), args.preload))
+    if "batch" in routes:
+        found += [Variant(backend, "batch", args.batch_clients, p) for p in processes]
+    if not args.no_floor:
+        found += [Variant(backend, "healthz", most, p) for p in processes]
+    return found
+
+
+def ratios(deployments: list[Deployment]) -> list[str]:
+    """The targets' ratios, of medians measured in the same invocation."""
+    median = {d.variant: Spread.of([r.rate for r in d.results]).median for d in deployments}
+    lines = []
+    for v, rate in median.items():
+        if v.route == "healthz":
+            continue
+        floor = median.get(Variant(v.backend, "healthz", v.clients, v.processes))
+        if v.route == "batch":
+            floor = next(
+                (
+                    r
+                    for w, r in median.items()
+                    if w.route == "healthz" and w.processes == v.processes
+                ),
+                None,
             )
-            results.append(result)
-            print(
-                f"   {label:<11} {route} clients={clients:<3} run {run}: "
-                f"{result.rate:,.0f} req/s"
-                f"  server CPU {result.server_ms_per_request:.2f} ms/req"
-                f"  p50 {result.p50_ms:.1f} ms  p99 {result.p99_ms:.1f} ms"
-                f"  errors {result.errors}"
-                f"  cpu server {result.server_cpu:.0f}% postgres {result.postgres_cpu:.0f}%"
-                f" client {result.client_cpu:.0f}% others {result.others_cpu:.0f}%",
-                flush=True,
-            )
-            if result.sample_error:
-                print(f"     first error: {result.sample_error}", flush=True)
-        return results
+        if floor and not v.preload:
+            lines.append(f"{v.label}: {rate:,.0f}/s = {rate / floor:.2f} x the /healthz floor")
+        if v.preload:
+            base = median.get(Variant(v.backend, v.route, v.clients, v.processes))
+            if base:
+                lines.append(f"{v.label}: {rate:,.0f}/s = {rate / base:.2f} x without the backlog")
+    return lines
 
 
 # --- profile -----------------------------------------------------------------------------------
@@ -463,7 +547,9 @@ def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--backends", default="sqlite,postgres", help="sqlite,postgres")
     parser.add_argument("--clients", default="1,16", help="Concurrent clients, e.g. 1,16.")
-    parser.add_argument("--count", type=int, default=2000, help="Timed creates per run.")
+    parser.add_argument(
+        "--count", type=int, default=2000, help="Timed creates per run (batch: items)."
+    )
     parser.add_argument("--warmup", type=int, default=100, help="Untimed creates per run.")
     parser.add_argument("--runs", type=int, default=3)
     parser.add_argument(
@@ -477,9 +563,12 @@ def main() -> None:
         "--preload",
         type=int,
         default=0,
-        help="Also run the 16-client PostgreSQL case with this many pending starts inserted "
-        "first (each create counts the tenant's pending starts), e.g. 10000.",
+        help="Also run the most-clients create case (with the most API processes) with this "
+        "many pending starts of the tenant inserted first, e.g. 100000 (PostgreSQL only).",
     )
+    parser.add_argument("--routes", default="create,batch", help="create,batch")
+    parser.add_argument("--batch-size", type=int, default=500, help="Items per batch request.")
+    parser.add_argument("--batch-clients", type=int, default=4, help="Clients of the batch route.")
     parser.add_argument(
         "--no-floor",
         action="store_true",
@@ -500,32 +589,36 @@ def main() -> None:
     parser.add_argument("--save-profile", default=None, help="Keep the profile file here.")
     args = parser.parse_args()
 
-    print_machine("create_throughput: creates/s through POST /scheduled-starts")
+    print_machine("create_throughput: creates/s through POST /scheduled-starts (single, batch)")
     print("   server: `punctual serve --components api`, 1 process = 1 uvicorn worker")
     with tempfile.TemporaryDirectory(prefix="punctual-bench-logs-") as logs:
         log_dir = Path(logs)
         if not args.profile_only:
             rows = []
-            most = max(int(c) for c in parse_list(args.clients))
+            notes = []
             for backend in parse_list(args.backends):
-                for clients in (int(c) for c in parse_list(args.clients)):
-                    rows.append(row_of(backend, clients, measure(backend, clients, args, log_dir)))
-                if args.preload and backend == "postgres":
-                    loaded = measure(backend, most, args, log_dir, preload=args.preload)
-                    rows.append(row_of(f"{backend} +{args.preload:,} pending", most, loaded))
-                for processes in (int(n) for n in parse_list(args.api_processes)):
-                    if processes > 1:
-                        scaled = measure(backend, most, args, log_dir, processes=processes)
-                        rows.append(row_of(f"{backend} x{processes} processes", most, scaled))
-                if not args.no_floor:
-                    floor = measure(backend, most, args, log_dir, route="healthz")
-                    rows.append(row_of(f"{backend} GET /healthz", most, floor))
+                with contextlib.ExitStack() as stack:
+                    deployments = [
+                        stack.enter_context(deployed(v, log_dir))
+                        for v in variants_of(backend, args)
+                    ]
+                    for run in range(1, args.runs + 1):
+                        for deployment in deployments:  # alternating: the same noise for all
+                            deployment.results.append(run_once(deployment, run, args))
+                rows += [row_of(d.variant.label, d.variant.clients, d.results) for d in deployments]
+                notes += ratios(deployments)
             print(
-                f"\nrequests/s: median of {args.runs} runs of {args.count} [min-max];"
-                " CPU in % of one core over the timed phase"
+                f"\ncreates/s (items/s for batch, req/s for /healthz): median of {args.runs} runs "
+                f"of {args.count} [min-max]; CPU in % of one core over the timed phase"
             )
             print_table(HEADERS, rows)
-            print(f"target: >= {TARGET_PER_S:,.0f} creates/s with 16 clients on PostgreSQL")
+            for line in notes:
+                print(f"   {line}")
+            print(
+                f"targets: >= {TARGET_PER_S:,.0f} creates/s with two API processes and >= 0.25 x "
+                "the floor; >= 10,000 items/s through batch (PostgreSQL, 4 clients); "
+                ">= 0.9 x with the backlog"
+            )
         if args.profile or args.profile_only:
             profile(args, log_dir)
 

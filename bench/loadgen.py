@@ -39,9 +39,18 @@ class Tally:
 class Requests:
     """Hands out request numbers; builds each request's bytes."""
 
-    def __init__(self, port: int, token: str, tenant: str, tag: str, route: str) -> None:
+    def __init__(
+        self, port: int, token: str, tenant: str, tag: str, route: str, batch_size: int = 1
+    ) -> None:
         self._route = route
+        self.batch_size = batch_size if route == "batch" else 1
         self._probe = f"GET /healthz HTTP/1.1\r\nHost: 127.0.0.1:{port}\r\n\r\n".encode()
+        self._batch_head = (
+            f"POST /v1/tenants/{tenant}/scheduled-starts/batch HTTP/1.1\r\n"
+            f"Host: 127.0.0.1:{port}\r\n"
+            f"Authorization: Bearer {token}\r\n"
+            "Content-Type: application/json\r\n"
+        )
         self._head = (
             f"POST /v1/tenants/{tenant}/scheduled-starts HTTP/1.1\r\n"
             f"Host: 127.0.0.1:{port}\r\n"
@@ -60,19 +69,27 @@ class Requests:
         self.next += 1
         return self.next - 1
 
+    def _create(self, i: int) -> dict[str, Any]:
+        return {
+            "workflow": "echo",
+            "input": {"message": f"bench {i}"},
+            "business_request_id": f"{self._tag}-{i}",
+            "start_at": self._start_at,
+            "workload_class": "standard",
+        }
+
     def build(self, i: int) -> bytes:
         if self._route == "healthz":
             return self._probe
-        body = json.dumps(
-            {
-                "workflow": "echo",
-                "input": {"message": f"bench {i}"},
-                "business_request_id": f"{self._tag}-{i}",
-                "start_at": self._start_at,
-                "workload_class": "standard",
-            },
-            separators=(",", ":"),
-        ).encode()
+        if self._route == "batch":
+            first = i * self.batch_size
+            items = [
+                {"idempotency_key": f"{self._tag}-{n}", **self._create(n)}
+                for n in range(first, first + self.batch_size)
+            ]
+            data = json.dumps({"items": items}, separators=(",", ":")).encode()
+            return f"{self._batch_head}Content-Length: {len(data)}\r\n\r\n".encode() + data
+        body = json.dumps(self._create(i), separators=(",", ":")).encode()
         head = (
             f"{self._head}Idempotency-Key: {self._tag}-{i}\r\nContent-Length: {len(body)}\r\n\r\n"
         )
@@ -112,6 +129,14 @@ async def _client(port: int, requests: Requests, tally: Tally, expect: int) -> N
             writer.write(payload)
             status, body, close = await _read_response(reader)
             tally.latencies.append(time.perf_counter() - began)
+            if requests.batch_size > 1 and status == 200:
+                # Per-item statuses: a created item answers {"status":201,...}.
+                created = body.count(b'{"status":201,')
+                tally.statuses[201] += created
+                tally.statuses[-1] += requests.batch_size - created  # items not created
+                if created < requests.batch_size and tally.sample_error is None:
+                    tally.sample_error = f"items not created: {body[:300].decode(errors='replace')}"
+                continue
             tally.statuses[status] += 1
             if status != expect and tally.sample_error is None:
                 tally.sample_error = f"{status} {body[:300].decode(errors='replace')}"
@@ -138,7 +163,7 @@ async def _phase(
 async def main_async(args: argparse.Namespace) -> dict[str, Any]:
     tag = args.tag or secrets.token_hex(4)
     ports = [int(p) for p in str(args.port).split(",")]
-    requests = Requests(ports[0], args.token, args.tenant, tag, args.route)
+    requests = Requests(ports[0], args.token, args.tenant, tag, args.route, args.batch_size)
     expect = 200 if args.route == "healthz" else 201
     if args.warmup:
         await _phase(ports, requests, args.clients, args.warmup, expect)
@@ -152,7 +177,8 @@ async def main_async(args: argparse.Namespace) -> dict[str, Any]:
     created = tally.statuses.get(expect, 0)
     return {
         "clients": args.clients,
-        "count": args.count,
+        "count": args.count * requests.batch_size,
+        "requests": len(tally.latencies),
         "elapsed_s": elapsed,
         "created": created,
         "rate_per_s": created / elapsed if elapsed > 0 else 0.0,
@@ -177,10 +203,13 @@ def main() -> None:
     parser.add_argument("--warmup", type=int, default=100)
     parser.add_argument(
         "--route",
-        choices=["create", "healthz"],
+        choices=["create", "batch", "healthz"],
         default="create",
-        help="create = POST scheduled-starts; healthz = GET /healthz (the HTTP stack's floor).",
+        help="create = POST scheduled-starts; batch = POST scheduled-starts/batch with "
+        "--batch-size items (counts are then requests; the rate counts created items); "
+        "healthz = GET /healthz (the HTTP stack's floor).",
     )
+    parser.add_argument("--batch-size", type=int, default=500, help="Items per batch request.")
     parser.add_argument("--tag", default=None, help="Prefix of keys and business request ids.")
     parser.add_argument("--handshake", action="store_true", help="Wait for stdin after warm-up.")
     args = parser.parse_args()

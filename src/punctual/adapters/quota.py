@@ -12,35 +12,70 @@
 from __future__ import annotations
 
 import threading
-from collections.abc import Callable
+from collections.abc import Callable, Mapping, Sequence
 
 import sqlalchemy as sa
 
-from punctual.errors import QuotaExceeded, Unavailable
+from punctual.errors import PunctualError, QuotaExceeded, Unavailable
 from punctual.ports.store import Tx
 
 
+def _over_tenant(tenant: str, count: int, limit: int) -> QuotaExceeded:
+    return QuotaExceeded(
+        f"tenant {tenant} has {count} pending starts, its limit is {limit}; wait for some "
+        "to dispatch or cancel some",
+        limit=limit,
+        count=count,
+        scope="tenant",
+    )
+
+
+def _over_class(tenant: str, workload_class: str, count: int, limit: int) -> QuotaExceeded:
+    return QuotaExceeded(
+        f"tenant {tenant} has {count} pending starts of class {workload_class}, its "
+        f"limit is {limit}",
+        limit=limit,
+        count=count,
+        scope="workload_class",
+        workload_class=workload_class,
+    )
+
+
 def _check(tx: Tx, tenant: str, workload_class: str, limit: int, class_limit: int | None) -> None:
+    by_class = {} if class_limit is None else {workload_class: class_limit}
+    [refusal] = _decide(tx, tenant, [workload_class], limit, by_class)
+    if refusal is not None:
+        raise refusal
+
+
+def _decide(
+    tx: Tx,
+    tenant: str,
+    workload_classes: Sequence[str],
+    limit: int,
+    class_limits: Mapping[str, int],
+) -> list[PunctualError | None]:
+    """Admit in order up to the limits, counting each admitted start as pending."""
     count = tx.starts.count_pending(tenant)
-    if count >= limit:
-        raise QuotaExceeded(
-            f"tenant {tenant} has {count} pending starts, its limit is {limit}; wait for some "
-            "to dispatch or cancel some",
-            limit=limit,
-            count=count,
-            scope="tenant",
-        )
-    if class_limit is not None:
-        count = tx.starts.count_pending(tenant, workload_class)
-        if count >= class_limit:
-            raise QuotaExceeded(
-                f"tenant {tenant} has {count} pending starts of class {workload_class}, its "
-                f"limit is {class_limit}",
-                limit=class_limit,
-                count=count,
-                scope="workload_class",
-                workload_class=workload_class,
+    class_counts = {
+        c: tx.starts.count_pending(tenant, c) for c in set(workload_classes) if c in class_limits
+    }
+    answers: list[PunctualError | None] = []
+    for workload_class in workload_classes:
+        if count >= limit:
+            answers.append(_over_tenant(tenant, count, limit))
+            continue
+        class_limit = class_limits.get(workload_class)
+        if class_limit is not None and class_counts[workload_class] >= class_limit:
+            answers.append(
+                _over_class(tenant, workload_class, class_counts[workload_class], class_limit)
             )
+            continue
+        count += 1
+        if class_limit is not None:
+            class_counts[workload_class] += 1
+        answers.append(None)
+    return answers
 
 
 class LocalQuota:
@@ -64,6 +99,23 @@ class LocalQuota:
         if self._after_count is not None:
             self._after_count()
 
+    def admit_starts(
+        self,
+        tx: Tx,
+        tenant: str,
+        workload_classes: Sequence[str],
+        max_pending: int,
+        max_pending_by_class: Mapping[str, int],
+    ) -> list[PunctualError | None]:
+        with self._lock:
+            answers = _decide(tx, tenant, workload_classes, max_pending, max_pending_by_class)
+        if self._after_count is not None:
+            self._after_count()
+        return answers
+
+
+_ADVISORY_LOCK = sa.text("SELECT pg_advisory_xact_lock(hashtextextended(:key, 0))")
+
 
 class PostgresQuota:
     exact = True
@@ -79,13 +131,24 @@ class PostgresQuota:
         max_pending: int,
         max_pending_for_class: int | None,
     ) -> None:
-        conn = self._connection_of(tx)
-        # Held until this transaction commits, i.e. until the start is inserted.
-        conn.execute(
-            sa.text("SELECT pg_advisory_xact_lock(hashtextextended(:key, 0))"),
-            {"key": f"punctual.quota:{tenant}"},
-        )
+        self._lock(tx, tenant)
         _check(tx, tenant, workload_class, max_pending, max_pending_for_class)
+
+    def admit_starts(
+        self,
+        tx: Tx,
+        tenant: str,
+        workload_classes: Sequence[str],
+        max_pending: int,
+        max_pending_by_class: Mapping[str, int],
+    ) -> list[PunctualError | None]:
+        self._lock(tx, tenant)
+        return _decide(tx, tenant, workload_classes, max_pending, max_pending_by_class)
+
+    def _lock(self, tx: Tx, tenant: str) -> None:
+        # Held until this transaction commits, i.e. until the admitted starts are inserted:
+        # every API process decides for a tenant one after another (QA-3).
+        self._connection_of(tx).execute(_ADVISORY_LOCK, {"key": f"punctual.quota:{tenant}"})
 
 
 class NoQuota:
@@ -104,3 +167,17 @@ class NoQuota:
             "quota.controller (see docs/configuration.md)",
             code="quota_unavailable",
         )
+
+    def admit_starts(
+        self,
+        tx: Tx,
+        tenant: str,
+        workload_classes: Sequence[str],
+        max_pending: int,
+        max_pending_by_class: Mapping[str, int],
+    ) -> list[PunctualError | None]:
+        try:
+            self.admit_start(tx, tenant, "", max_pending, None)
+        except Unavailable as refusal:
+            return [refusal for _ in workload_classes]
+        raise AssertionError("NoQuota admits nothing")  # pragma: no cover

@@ -35,6 +35,16 @@ class IdempotencyRecord:
 
 
 @dataclass(frozen=True)
+class KeyOutcome:
+    """A decided outcome to record under an idempotency key (OS-4)."""
+
+    key: str
+    status_code: int
+    response: Any
+    resource_id: str | None
+
+
+@dataclass(frozen=True)
 class EncryptedInput:
     key_id: str
     ciphertext: bytes

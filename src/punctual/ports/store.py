@@ -27,6 +27,7 @@ from punctual.ports.records import (
     Finding,
     Fired,
     IdempotencyRecord,
+    KeyOutcome,
     NewOccurrence,
     NewRun,
     NewSchedule,
@@ -154,10 +155,43 @@ class Idempotency(Protocol):
 
     def release(self, tenant: str, principal: str, key: str, owner: str) -> None: ...
 
+    def claim_many(
+        self,
+        tenant: str,
+        principal: str,
+        keys: Sequence[tuple[str, str]],
+        owner: str,
+        lease_until: datetime,
+        now: datetime,
+    ) -> set[str]:
+        """``try_claim`` for many ``(key, fingerprint)`` pairs; returns the keys claimed.
+        Must take the keys in one order (sorted), so overlapping claims cannot deadlock."""
+
+    def get_many(
+        self, tenant: str, principal: str, keys: Sequence[str]
+    ) -> dict[str, IdempotencyRecord]: ...
+
+    def complete_many(
+        self,
+        tenant: str,
+        principal: str,
+        owner: str,
+        outcomes: Sequence[KeyOutcome],
+        now: datetime,
+    ) -> set[str]:
+        """``complete`` for many keys; returns the keys recorded."""
+
+    def release_many(self, tenant: str, principal: str, keys: Sequence[str], owner: str) -> None:
+        """``release`` for many keys."""
+
 
 class Starts(Protocol):
     def insert(self, new: NewStart, now: datetime) -> ScheduledStart:
         """A new start is ``scheduled`` at version 1, due at its ``start_at``."""
+
+    def insert_many(self, new: Sequence[NewStart], now: datetime) -> list[ScheduledStart]:
+        """Insert one-off starts in as few statements as possible; returned in the order
+        given."""
 
     def notify_due(self) -> None:
         """Wake runners in other processes once this transaction commits."""

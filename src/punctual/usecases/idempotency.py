@@ -10,13 +10,19 @@ else releases the key so that a retry can still succeed. The mutation runs on a
 background thread: if it is not decided within the bounded API wait the caller gets
 ``202 in_progress`` while it carries on, and a retry with the same key returns its
 outcome once it is decided.
+
+Creates (one, or a batch of up to 500, OS-11) take a cheaper path, ``run_batch``: keys,
+mutation and outcomes in *one* transaction. A concurrent request with the same key then
+waits on the uncommitted key row (PostgreSQL) or on the write lock (SQLite) instead of
+polling a committed in-flight row, and a process that dies mid-request leaves nothing
+behind to take over. Replay, the bounded wait and the check order are the same.
 """
 
 from __future__ import annotations
 
 import secrets
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Mapping, Sequence
 from concurrent.futures import ThreadPoolExecutor
 from concurrent.futures import TimeoutError as FutureTimeout
 from dataclasses import dataclass
@@ -24,6 +30,7 @@ from datetime import datetime, timedelta
 from typing import Any
 
 from punctual.errors import Conflict, PunctualError, Unavailable
+from punctual.ports.records import KeyOutcome
 from punctual.ports.store import Tx
 from punctual.usecases.context import Services
 
@@ -62,7 +69,20 @@ class RecordedError(Exception):
         self.body = body
 
 
+@dataclass(frozen=True)
+class ItemResult:
+    """One request's answer from ``run_batch``: status and body as the client gets them."""
+
+    status: int
+    body: Any
+    error: PunctualError | None = None
+    """The error behind a fresh (not replayed) error answer."""
+
+
 Mutation = Callable[[Tx, datetime], Outcome]
+BatchMutation = Callable[[Tx, datetime, Sequence[int]], Mapping[int, "Outcome | PunctualError"]]
+"""Decides the requests at the given indexes (those whose keys this transaction claimed),
+in one transaction: per index an outcome, or the error it was refused with."""
 ErrorStatus = Callable[[PunctualError], int]
 ErrorBody = Callable[[PunctualError], Any]
 
@@ -115,6 +135,122 @@ class MutationRunner:
         except FutureTimeout:
             return Outcome(202, IN_PROGRESS_BODY)
 
+    def run_batch(
+        self,
+        tenant: str,
+        principal: str,
+        requests: Sequence[tuple[str, str]],
+        mutation: BatchMutation,
+    ) -> list[ItemResult]:
+        """Replay or decide each ``(key, fingerprint)`` request in one transaction.
+
+        Each request behaves as ``run`` would run it alone: a recorded outcome is
+        replayed, a different fingerprint is ``409 idempotency_key_reused``, a key whose
+        first request is still in flight is waited for, and whatever is not decided within
+        the bounded wait answers ``202 in_progress`` (it carries on, and commits, or not,
+        with the rest). Decided outcomes are recorded in the same transaction.
+        """
+        deadline = time.monotonic() + self._wait
+        future = self._pool.submit(
+            self._decide_batch, tenant, principal, requests, mutation, deadline
+        )
+        try:
+            return future.result(timeout=max(0.0, deadline - time.monotonic()))
+        except FutureTimeout:
+            return [ItemResult(202, IN_PROGRESS_BODY) for _ in requests]
+
+    def _decide_batch(
+        self,
+        tenant: str,
+        principal: str,
+        requests: Sequence[tuple[str, str]],
+        mutation: BatchMutation,
+        deadline: float,
+    ) -> list[ItemResult]:
+        owner = secrets.token_hex(8)
+        lock_wait = self._lease.total_seconds() - max(5.0, self._wait)
+        while True:
+            try:
+                with self._services.store.transaction(lock_timeout=lock_wait) as tx:
+                    results = self._batch_in(
+                        tx, tenant, principal, requests, mutation, owner, deadline
+                    )
+            except _WaitForKeys:
+                time.sleep(_POLL_SECONDS)
+                continue
+            self._services.on_due_change()
+            return results
+
+    def _batch_in(
+        self,
+        tx: Tx,
+        tenant: str,
+        principal: str,
+        requests: Sequence[tuple[str, str]],
+        mutation: BatchMutation,
+        owner: str,
+        deadline: float,
+    ) -> list[ItemResult]:
+        now = self._services.clock.now()
+        keys = tx.idempotency
+        lease_until = now + self._lease
+        claimed = keys.claim_many(tenant, principal, requests, owner, lease_until, now)
+        results: list[ItemResult | None] = [None] * len(requests)
+        fresh = [i for i, (key, _) in enumerate(requests) if key in claimed]
+        taken = [i for i, (key, _) in enumerate(requests) if key not in claimed]
+        records = keys.get_many(tenant, principal, [requests[i][0] for i in taken])
+        waiting: list[int] = []
+        for index in taken:
+            key, fingerprint = requests[index]
+            record = records.get(key)
+            if record is None:  # released between our insert and read: look again
+                waiting.append(index)
+            elif record.fingerprint != fingerprint:
+                refusal = _reused(key)
+                results[index] = ItemResult(
+                    self._error_status(refusal), self._error_body(refusal), refusal
+                )
+            elif record.state == "done":
+                assert record.status_code is not None
+                results[index] = ItemResult(record.status_code, record.response)
+            elif record.lease_until < now and keys.take_over(
+                tenant, principal, key, owner, lease_until, now
+            ):
+                fresh.append(index)
+            else:  # in flight in a request that committed its claim (``run``)
+                waiting.append(index)
+        # Leave the rest of the requests time to be decided within the bounded wait.
+        if waiting and time.monotonic() < deadline - min(0.5, self._wait / 4):
+            raise _WaitForKeys  # roll back and look again
+        for index in waiting:
+            results[index] = ItemResult(202, IN_PROGRESS_BODY)
+        fresh.sort()
+        decided = mutation(tx, now, fresh) if fresh else {}
+        recorded: list[KeyOutcome] = []
+        released: list[str] = []
+        for index in fresh:
+            key = requests[index][0]
+            answer = decided[index]
+            if isinstance(answer, PunctualError):
+                status, body = self._error_status(answer), self._error_body(answer)
+                results[index] = ItemResult(status, body, answer)
+                resource_id = None
+            else:
+                status, body = answer.status, answer.body
+                results[index] = ItemResult(status, body)
+                resource_id = answer.resource_id
+                if answer.recorded_body is not None:
+                    body = answer.recorded_body
+            if is_decided(status):
+                recorded.append(KeyOutcome(key, status, body, resource_id))
+            else:
+                released.append(key)
+        if recorded:
+            done = keys.complete_many(tenant, principal, owner, recorded, now)
+            assert done == {o.key for o in recorded}, "keys claimed in this transaction"
+        keys.release_many(tenant, principal, released, owner)
+        return [r if r is not None else ItemResult(202, IN_PROGRESS_BODY) for r in results]
+
     def _claim_then_execute(
         self, request: IdempotentRequest, mutation: Mutation, deadline: float
     ) -> Outcome:
@@ -143,11 +279,7 @@ class MutationRunner:
             if record is None:  # released between our insert and read: try again
                 return False, None
             if record.fingerprint != request.fingerprint:
-                raise Conflict(
-                    f"idempotency key {request.key!r} was already used for a different request; "
-                    "use a new key for a new request",
-                    code="idempotency_key_reused",
-                )
+                raise _reused(request.key)
             if record.state == "done":
                 assert record.status_code is not None
                 if record.status_code >= 400:
@@ -225,3 +357,15 @@ class MutationRunner:
     def close(self) -> None:
         self._pool.shutdown(wait=True, cancel_futures=False)
         self._followers.shutdown(wait=True, cancel_futures=True)  # the runner re-sends
+
+
+class _WaitForKeys(Exception):
+    """Some keys are held by requests still in flight: roll back, wait, look again."""
+
+
+def _reused(key: str) -> Conflict:
+    return Conflict(
+        f"idempotency key {key!r} was already used for a different request; "
+        "use a new key for a new request",
+        code="idempotency_key_reused",
+    )

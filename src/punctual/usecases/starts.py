@@ -13,25 +13,27 @@ execution it may have started.
 
 from __future__ import annotations
 
+from collections.abc import Sequence
 from dataclasses import dataclass, field
 from datetime import datetime
 from typing import Any
 
 from punctual.domain.ids import new_id
 from punctual.domain.permissions import Action, Principal, require
+from punctual.domain.runs import Definition
 from punctual.domain.starts import (
     ScheduledStart,
     StartState,
     check_mutable,
     validate_new_start_at,
 )
-from punctual.errors import InvalidRequest, not_found
+from punctual.errors import InvalidRequest, NotFound, PunctualError, not_found
 from punctual.ports.records import NewStart, StartFilter
 from punctual.ports.store import Tx
 from punctual.usecases.admission import admit_input_and_class
 from punctual.usecases.context import Services
 from punctual.usecases.definitions import input_problems, require_active
-from punctual.usecases.idempotency import Mutation, Outcome
+from punctual.usecases.idempotency import BatchMutation, Mutation, Outcome
 from punctual.usecases.paging import check_choice, check_limit, decode_cursor, page
 from punctual.usecases.projections import start_view
 
@@ -74,18 +76,7 @@ class ListStarts:
 
 def create(services: Services, principal: Principal, cmd: CreateStart) -> Mutation:
     def mutation(tx: Tx, now: datetime) -> Outcome:
-        validate_new_start_at(cmd.start_at, cmd.time_zone, now)
-        definition = require_active(tx, cmd.workflow)
-        problems = input_problems(definition, cmd.input)
-        if problems:
-            raise InvalidRequest(
-                f"input does not validate against {cmd.workflow} version "
-                f"{definition.version}: {'; '.join(problems)}",
-                code="input_invalid",
-                errors=problems,
-            )
-        require(principal, Action.CREATE)
-        admit_input_and_class(services, principal.tenant, cmd.workload_class, cmd.input)
+        _validate(services, tx, principal, cmd, now, {})
         limits = services.policy.tenant_policy(principal.tenant)
         services.quota.admit_start(
             tx,
@@ -94,28 +85,133 @@ def create(services: Services, principal: Principal, cmd: CreateStart) -> Mutati
             limits.max_pending_starts,
             limits.max_pending_by_class.get(cmd.workload_class),
         )
-        start_id = new_id("st")
-        start = tx.starts.insert(
-            NewStart(
-                id=start_id,
-                tenant=principal.tenant,
-                workflow=cmd.workflow,
-                business_request_id=cmd.business_request_id,
-                start_at=cmd.start_at,
-                time_zone=cmd.time_zone,
-                workload_class=cmd.workload_class,
-                attributes=dict(cmd.attributes),
-                traceparent=cmd.traceparent,
-                input=services.codec.encrypt(cmd.input, principal.tenant),
-                created_by=principal.subject,
-                run_id=new_id("run"),
-            ),
-            now,
-        )
+        [start] = tx.starts.insert_many([_new_start(services, principal, cmd)], now)
         _wake_if_due_soon(services, tx, cmd.start_at, now)
-        return Outcome(201, start_view(start), resource_id=start_id)
+        return Outcome(201, start_view(start), resource_id=start.id)
 
     return mutation
+
+
+def create_many(
+    services: Services,
+    principal: Principal,
+    commands: Sequence[CreateStart | PunctualError],
+    *,
+    tenant: str | None = None,
+) -> BatchMutation:
+    """Creates decided together in one transaction (a batch create, OS-11, and the single
+    create route): each item exactly as ``create`` decides it, in the contract's order, with
+    one quota decision for all that admits them in order up to the limit, and one INSERT.
+
+    An item is a command, or the error its request body already failed with (raised at the
+    validation step, after replay and the tenant check). ``tenant`` is the tenant the
+    request addressed, checked per item as the single create checks it.
+    """
+
+    def mutation(
+        tx: Tx, now: datetime, indexes: Sequence[int]
+    ) -> dict[int, Outcome | PunctualError]:
+        decided: dict[int, Outcome | PunctualError] = {}
+        definitions: dict[str, Definition] = {}
+        valid: list[int] = []
+        for index in indexes:
+            cmd = commands[index]
+            try:
+                if tenant is not None:
+                    check_tenant_of(principal, tenant)
+                if isinstance(cmd, PunctualError):
+                    raise cmd
+                _validate(services, tx, principal, cmd, now, definitions)
+            except PunctualError as refusal:
+                decided[index] = refusal
+                continue
+            valid.append(index)
+        if not valid:
+            return decided
+        admitted = _admit(services, tx, principal, [commands[i] for i in valid])
+        new: list[tuple[int, NewStart]] = []
+        for index, quota_refusal in zip(valid, admitted, strict=True):
+            if quota_refusal is not None:
+                decided[index] = quota_refusal
+                continue
+            cmd = commands[index]
+            assert isinstance(cmd, CreateStart)
+            try:
+                new.append((index, _new_start(services, principal, cmd)))
+            except PunctualError as failure:  # the codec could not encrypt (503)
+                decided[index] = failure
+        inserted = tx.starts.insert_many([n for _, n in new], now)
+        for (index, _), start in zip(new, inserted, strict=True):
+            decided[index] = Outcome(201, start_view(start), resource_id=start.id)
+        if any(
+            (n.start_at - now).total_seconds() < services.policy.wake_horizon_seconds
+            for _, n in new
+        ):
+            tx.starts.notify_due()
+        return decided
+
+    return mutation
+
+
+def check_tenant_of(principal: Principal, tenant: str) -> None:
+    """Another tenant's resources do not exist for this principal (SEC-2)."""
+    if principal.tenant != tenant:
+        raise NotFound(f"tenant {tenant} does not exist")
+
+
+def _validate(
+    services: Services,
+    tx: Tx,
+    principal: Principal,
+    cmd: CreateStart,
+    now: datetime,
+    definitions: dict[str, Definition],
+) -> None:
+    """Validation, role and host limits of a new start, in the contract's order."""
+    validate_new_start_at(cmd.start_at, cmd.time_zone, now)
+    definition = definitions.get(cmd.workflow)
+    if definition is None:
+        definition = definitions[cmd.workflow] = require_active(tx, cmd.workflow)
+    problems = input_problems(definition, cmd.input)
+    if problems:
+        raise InvalidRequest(
+            f"input does not validate against {cmd.workflow} version "
+            f"{definition.version}: {'; '.join(problems)}",
+            code="input_invalid",
+            errors=problems,
+        )
+    require(principal, Action.CREATE)
+    admit_input_and_class(services, principal.tenant, cmd.workload_class, cmd.input)
+
+
+def _admit(
+    services: Services, tx: Tx, principal: Principal, cmds: Sequence[CreateStart | PunctualError]
+) -> list[PunctualError | None]:
+    limits = services.policy.tenant_policy(principal.tenant)
+    return services.quota.admit_starts(
+        tx,
+        principal.tenant,
+        [c.workload_class for c in cmds if isinstance(c, CreateStart)],
+        limits.max_pending_starts,
+        limits.max_pending_by_class,
+    )
+
+
+def _new_start(services: Services, principal: Principal, cmd: CreateStart) -> NewStart:
+    return NewStart(
+        id=new_id("st"),
+        tenant=principal.tenant,
+        workflow=cmd.workflow,
+        business_request_id=cmd.business_request_id,
+        start_at=cmd.start_at,
+        time_zone=cmd.time_zone,
+        workload_class=cmd.workload_class,
+        attributes=dict(cmd.attributes),
+        traceparent=cmd.traceparent,
+        input=services.codec.encrypt(cmd.input, principal.tenant),
+        created_by=principal.subject,
+        run_id=new_id("run"),
+    )
 
 
 def _wake_if_due_soon(services: Services, tx: Tx, due_at: datetime, now: datetime) -> None:

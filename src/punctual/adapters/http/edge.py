@@ -101,12 +101,17 @@ def idempotency_key(request: Request) -> str:
             "you persist with the request and reuse when you retry it",
             code="idempotency_key_required",
         )
-    if len(key) > _MAX_KEY_LENGTH or not all(33 <= ord(ch) <= 126 for ch in key):
+    if not valid_key(key):
         raise BadRequest(
             "Idempotency-Key must be 1-255 visible ASCII characters",
             code="idempotency_key_required",
         )
     return key
+
+
+def valid_key(key: str) -> bool:
+    """1-255 visible ASCII characters (API.md "Conventions")."""
+    return 0 < len(key) <= _MAX_KEY_LENGTH and all(33 <= ord(ch) <= 126 for ch in key)
 
 
 def canonical_body(raw: bytes) -> str:
@@ -121,14 +126,36 @@ def canonical_body(raw: bytes) -> str:
 
 def fingerprint(request: Request, raw_body: bytes) -> str:
     route = request.scope.get("route")
+    return fingerprint_of(
+        request.method,
+        getattr(route, "path", request.url.path),
+        request.path_params,
+        request.query_params.multi_items(),
+        canonical_body(raw_body),
+    )
+
+
+def fingerprint_of(
+    method: str,
+    route: str,
+    path: dict[str, Any],
+    query: list[tuple[str, str]],
+    canonical: str,
+) -> str:
+    """The request fingerprint of OS-4: method, route, path parameters, query and canonical
+    JSON body. A batch create item is fingerprinted as the single create it stands for."""
     material = {
-        "method": request.method,
-        "route": getattr(route, "path", request.url.path),
-        "path": dict(sorted(request.path_params.items())),
-        "query": sorted(request.query_params.multi_items()),
-        "body": canonical_body(raw_body),
+        "method": method,
+        "route": route,
+        "path": dict(sorted(path.items())),
+        "query": sorted(query),
+        "body": canonical,
     }
     return hashlib.sha256(json.dumps(material, sort_keys=True).encode()).hexdigest()
+
+
+def canonical_json(value: Any) -> str:
+    return json.dumps(value, sort_keys=True, separators=(",", ":"))
 
 
 def load_json(raw: bytes) -> Any:
@@ -139,14 +166,25 @@ def load_json(raw: bytes) -> Any:
     (object keys included) with U+0000 or an unpaired surrogate are refused here too:
     PostgreSQL cannot store the first, no store can encode the second.
     """
+    data = parse_json(raw)
+    refuse_unstorable_text(data)
+    return data
+
+
+def parse_json(raw: bytes) -> Any:
+    """The body's JSON; ``NaN`` and the infinities are not JSON and refused (RFC 8259)."""
     try:
-        data = json.loads(raw, parse_constant=_refuse_constant) if raw.strip() else None
+        return json.loads(raw, parse_constant=_refuse_constant) if raw.strip() else None
     except (ValueError, RecursionError) as exc:
         reason = "it is nested too deeply" if isinstance(exc, RecursionError) else str(exc)
         raise InvalidRequest(
             f"the body is not valid JSON: {reason}",
             errors=[{"loc": ["body"], "msg": "malformed JSON", "type": "json_invalid"}],
         ) from exc
+
+
+def refuse_unstorable_text(data: Any) -> None:
+    """A string with U+0000 or an unpaired surrogate anywhere in ``data`` is a 422."""
     problem = _unstorable_text(data, [])
     if problem is not None:
         loc, kind = problem
@@ -159,7 +197,6 @@ def load_json(raw: bytes) -> Any:
                 {"loc": ["body", *loc], "msg": f"contains {kind}", "type": "string_unstorable"}
             ],
         )
-    return data
 
 
 def _refuse_constant(name: str) -> Any:
@@ -198,7 +235,11 @@ def _text_problem(text: str) -> str | None:
 
 
 def parse_body(raw: bytes, model: type[M], *, host_owned_check: bool = False) -> M:
-    data = load_json(raw)
+    return parse_object(load_json(raw), model, host_owned_check=host_owned_check)
+
+
+def parse_object(data: Any, model: type[M], *, host_owned_check: bool = False) -> M:
+    """A parsed JSON body validated into ``model``, with the contract's error codes."""
     if not isinstance(data, dict):
         raise InvalidRequest(
             "the body must be a JSON object",

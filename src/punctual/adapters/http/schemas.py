@@ -101,6 +101,42 @@ class CreateStartBody(_Body):
         )
 
 
+MAX_BATCH_ITEMS = 500
+IdempotencyKey = Annotated[
+    str, StringConstraints(min_length=1, max_length=255, pattern=r"^[!-~]+$")
+]
+
+
+class BatchCreateItem(CreateStartBody):
+    """A create body with the idempotency key its item is decided under (OS-11)."""
+
+    model_config = ConfigDict(extra="forbid", title="BatchCreateItem")
+
+    idempotency_key: IdempotencyKey
+
+
+class BatchCreateBody(_Body):
+    """``POST …/scheduled-starts/batch``: 1-500 creates, each with its own key."""
+
+    model_config = ConfigDict(extra="forbid", title="BatchCreateBody")
+
+    items: list[BatchCreateItem] = Field(min_length=1, max_length=MAX_BATCH_ITEMS)
+
+
+class BatchItemResult(BaseModel):
+    """What ``POST …/scheduled-starts`` with the item's key and body would have answered:
+    201 and the start, an error envelope, or 202 ``{"status": "in_progress"}``."""
+
+    status: int
+    body: dict[str, Any]
+
+
+class BatchCreateResult(BaseModel):
+    """Per-item results, in request order."""
+
+    items: list[BatchItemResult]
+
+
 class RescheduleBody(_Body):
     version: Version
     start_at: Instant

@@ -2,12 +2,29 @@
 
 from __future__ import annotations
 
+from collections.abc import Callable
+from functools import partial
 from typing import Annotated, Any
 
 from fastapi import APIRouter, Depends, Request, Security
-from fastapi.responses import Response
+from fastapi.responses import JSONResponse, Response
 
-from punctual.adapters.http.edge import Edge, parse_body, parse_limit, run_mutation
+from punctual.adapters.http.edge import (
+    Edge,
+    canonical_json,
+    fingerprint,
+    fingerprint_of,
+    idempotency_key,
+    load_json,
+    parse_body,
+    parse_json,
+    parse_limit,
+    parse_object,
+    refuse_unstorable_text,
+    run_mutation,
+    valid_key,
+)
+from punctual.adapters.http.errors import response_for
 from punctual.adapters.http.routes.common import (
     BEARER,
     IDEMPOTENCY_DOC,
@@ -15,9 +32,16 @@ from punctual.adapters.http.routes.common import (
     mutation_doc,
     raw_body,
 )
-from punctual.adapters.http.schemas import CancelBody, CreateStartBody, RescheduleBody
-from punctual.domain.permissions import Principal
-from punctual.errors import not_found
+from punctual.adapters.http.schemas import (
+    MAX_BATCH_ITEMS,
+    BatchCreateBody,
+    BatchCreateResult,
+    CancelBody,
+    CreateStartBody,
+    RescheduleBody,
+)
+from punctual.domain.permissions import Action, Principal, require
+from punctual.errors import InvalidRequest, PunctualError, not_found
 from punctual.ports.store import Tx
 from punctual.usecases import starts
 from punctual.usecases.idempotency import Mutation, Outcome
@@ -31,18 +55,113 @@ EdgeDep = Annotated[Edge, Depends(get_edge)]
 BodyDep = Annotated[bytes, Depends(raw_body)]
 
 
+CREATE_ROUTE = "/v1/tenants/{tenant}/scheduled-starts"
+"""The single create's route, in the fingerprint of every create, batch items included."""
+
+
 @router.post(
     "", status_code=201, openapi_extra=mutation_doc(CreateStartBody), description=IDEMPOTENCY_DOC
 )
 def create_start(tenant: str, request: Request, edge: EdgeDep, raw: BodyDep) -> Response:
-    def build(principal: Principal) -> Mutation:
-        def mutation(tx: Tx, now: Any) -> Outcome:
-            body = parse_body(raw, CreateStartBody, host_owned_check=True)
-            return starts.create(edge.services, principal, body.command())(tx, now)
+    try:
+        principal = edge.principal(request)
+        key = idempotency_key(request)
+        claim = (key, fingerprint(request, raw))
+        command = _command(lambda: load_json(raw))
+        mutation = starts.create_many(edge.services, principal, [command], tenant=tenant)
+        [result] = edge.mutations.run_batch(principal.tenant, principal.subject, [claim], mutation)
+    except PunctualError as exc:
+        return response_for(exc)
+    if result.error is not None:
+        return response_for(result.error)
+    return JSONResponse(result.body, status_code=result.status)
 
-        return mutation
 
-    return run_mutation(edge, request, raw, tenant, build)
+@router.post(
+    "/batch",
+    response_model=BatchCreateResult,
+    openapi_extra={
+        "requestBody": {
+            "required": True,
+            "content": {"application/json": {"schema": BatchCreateBody.model_json_schema()}},
+        }
+    },
+    description=(
+        "Up to 500 creates, each decided exactly as `POST …/scheduled-starts` with its "
+        "`idempotency_key` as the `Idempotency-Key` header (OS-11). Takes no "
+        "`Idempotency-Key` header (one sent is ignored). Per-item results in request order."
+    ),
+)
+def create_starts_batch(tenant: str, request: Request, edge: EdgeDep, raw: BodyDep) -> Response:
+    try:
+        principal = edge.principal(request, tenant)
+        items = _batch_items(raw)
+        require(principal, Action.CREATE)
+        claims = [
+            (
+                key,
+                fingerprint_of("POST", CREATE_ROUTE, {"tenant": tenant}, [], canonical_json(body)),
+            )
+            for key, body in items
+        ]
+        commands = [_command(partial(_checked, body)) for _, body in items]
+        mutation = starts.create_many(edge.services, principal, commands)
+        results = edge.mutations.run_batch(principal.tenant, principal.subject, claims, mutation)
+    except PunctualError as exc:
+        return response_for(exc)
+    return JSONResponse({"items": [{"status": r.status, "body": r.body} for r in results]})
+
+
+def _command(data: Callable[[], Any]) -> starts.CreateStart | PunctualError:
+    """The create command, or the validation error its body fails with (raised by the use
+    case at the validation step: a replay comes first, OS-5)."""
+    try:
+        return parse_object(data(), CreateStartBody, host_owned_check=True).command()
+    except PunctualError as refusal:
+        return refusal
+
+
+def _checked(body: dict[str, Any]) -> dict[str, Any]:
+    refuse_unstorable_text(body)
+    return body
+
+
+def _batch_items(raw: bytes) -> list[tuple[str, dict[str, Any]]]:
+    """The envelope's items as (key, create body); a malformed envelope is one 422 for the
+    whole request, which then changes nothing (API.md "Batch create")."""
+    data = parse_json(raw)
+    if not isinstance(data, dict) or set(data) != {"items"}:
+        raise _envelope_error([], "the body must be an object with exactly one field, items")
+    items = data["items"]
+    if not isinstance(items, list) or not 1 <= len(items) <= MAX_BATCH_ITEMS:
+        raise _envelope_error(
+            ["items"], f"items must be a list of 1 to {MAX_BATCH_ITEMS} create bodies"
+        )
+    found: list[tuple[str, dict[str, Any]]] = []
+    seen: set[str] = set()
+    for index, item in enumerate(items):
+        key = item.get("idempotency_key") if isinstance(item, dict) else None
+        if not isinstance(key, str) or not valid_key(key):
+            raise _envelope_error(
+                ["items", index, "idempotency_key"],
+                f"items[{index}] needs an idempotency_key of 1-255 visible ASCII characters",
+            )
+        if key in seen:
+            raise _envelope_error(
+                ["items", index, "idempotency_key"],
+                f"items[{index}] repeats an idempotency_key of an earlier item; each item "
+                "needs its own",
+            )
+        seen.add(key)
+        assert isinstance(item, dict)
+        found.append((key, {k: v for k, v in item.items() if k != "idempotency_key"}))
+    return found
+
+
+def _envelope_error(loc: list[str | int], message: str) -> InvalidRequest:
+    return InvalidRequest(
+        message, errors=[{"loc": ["body", *loc], "msg": message, "type": "batch_envelope"}]
+    )
 
 
 def _existing(tx: Tx, principal: Principal, start_id: str) -> None:

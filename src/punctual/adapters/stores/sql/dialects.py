@@ -15,7 +15,7 @@ from typing import Any
 
 import sqlalchemy as sa
 from sqlalchemy.dialects import postgresql, sqlite
-from sqlalchemy.engine import Engine, make_url
+from sqlalchemy.engine import Engine, RowMapping, make_url
 
 from punctual.adapters.stores.sql.tables import UTCDateTime
 
@@ -96,6 +96,63 @@ def insert_ignore(
         sqlite.insert(table).on_conflict_do_nothing(index_elements=key).returning(table.c[key[0]])
     )
     return len(conn.execute(lite_stmt, [dict(row) for row in rows]).all())
+
+
+_Shape = tuple[str, str, tuple[str, ...], tuple[str, ...], tuple[str, ...]]
+_INSERT_STATEMENTS: dict[_Shape, Any] = {}
+
+
+def insert_returning(
+    conn: sa.Connection,
+    table: sa.Table,
+    rows: Sequence[Mapping[str, Any]],
+    returning: Sequence[str],
+    *,
+    ignore_conflicts_on: Sequence[str] = (),
+) -> list[RowMapping]:
+    """Insert rows in one statement and return the ``returning`` columns of those inserted
+    (in no particular order); with ``ignore_conflicts_on``, a row whose key exists is
+    skipped and not returned.
+
+    The hot path of creates: the statement is built once per shape and reused, so a call
+    costs no statement construction or cache-key generation, and the SQL text is the same
+    however many rows travel (PostgreSQL: one array per column through ``unnest``; SQLite:
+    one cached statement with many parameter sets).
+    """
+    if not rows:
+        return []
+    names = tuple(rows[0])
+    dialect = conn.dialect.name
+    shape = (dialect, table.name, names, tuple(returning), tuple(ignore_conflicts_on))
+    stmt = _INSERT_STATEMENTS.get(shape)
+    if stmt is None:
+        stmt = _build_insert(dialect, table, names, returning, ignore_conflicts_on)
+        _INSERT_STATEMENTS[shape] = stmt
+    if dialect == "postgresql":
+        return list(conn.execute(stmt, _Unnest(table, names).params(rows)).mappings())
+    return list(conn.execute(stmt, [dict(row) for row in rows]).mappings())
+
+
+def _build_insert(
+    dialect: str,
+    table: sa.Table,
+    names: Sequence[str],
+    returning: Sequence[str],
+    ignore_conflicts_on: Sequence[str],
+) -> Any:
+    columns = [table.c[n] for n in returning]
+    if dialect == "postgresql":
+        batch = _Unnest(table, names)
+        pg = postgresql.insert(table).from_select(
+            list(names), sa.select(*[batch.column(n) for n in names])
+        )
+        if ignore_conflicts_on:
+            pg = pg.on_conflict_do_nothing(index_elements=list(ignore_conflicts_on))
+        return pg.returning(*columns)
+    lite = sqlite.insert(table)
+    if ignore_conflicts_on:
+        lite = lite.on_conflict_do_nothing(index_elements=list(ignore_conflicts_on))
+    return lite.returning(*columns)
 
 
 def upsert(
@@ -194,6 +251,55 @@ def update_many(
     matched = set()
     for row in rows:
         if conn.execute(row_stmt, {f"b_{n}": row[n] for n in names}).rowcount == 1:
+            matched.add(row[match[0]])
+    return matched
+
+
+_UPDATE_STATEMENTS: dict[tuple[str, str, tuple[str, ...], tuple[str, ...], str], Any] = {}
+
+
+def update_rows(
+    conn: sa.Connection,
+    table: sa.Table,
+    rows: Sequence[Mapping[str, Any]],
+    *,
+    match: Sequence[str],
+    columns: Sequence[str],
+    shape: str,
+    constant: Mapping[str, Any] | None = None,
+    where: Sequence[sa.ColumnElement[bool]] = (),
+) -> set[Any]:
+    """``update_many`` for hot paths: the statement is built once per ``shape`` (a name the
+    caller gives to its fixed ``constant`` values and ``where`` conditions, which must
+    therefore not vary between calls) and reused without being rebuilt."""
+    if not rows:
+        return set()
+    names = (*match, *columns)
+    dialect = conn.dialect.name
+    cache_key = (dialect, table.name, names, tuple(columns), shape)
+    stmt = _UPDATE_STATEMENTS.get(cache_key)
+    key = table.c[match[0]]
+    if dialect == "postgresql":
+        batch = _Unnest(table, names)
+        if stmt is None:
+            stmt = (
+                sa.update(table)
+                .where(*[table.c[n] == batch.column(n) for n in match], *where)
+                .values({**{n: batch.column(n) for n in columns}, **(constant or {})})
+                .returning(key)
+            )
+            _UPDATE_STATEMENTS[cache_key] = stmt
+        return set(conn.execute(stmt, batch.params(rows)).scalars())
+    if stmt is None:
+        stmt = (
+            sa.update(table)
+            .where(*[table.c[n] == sa.bindparam(f"b_{n}") for n in match], *where)
+            .values({**{n: sa.bindparam(f"b_{n}") for n in columns}, **(constant or {})})
+        )
+        _UPDATE_STATEMENTS[cache_key] = stmt
+    matched = set()
+    for row in rows:
+        if conn.execute(stmt, {f"b_{n}": row[n] for n in names}).rowcount == 1:
             matched.add(row[match[0]])
     return matched
 

@@ -2,16 +2,33 @@
 
 from __future__ import annotations
 
+from collections.abc import Sequence
 from datetime import datetime
 from typing import Any
 
 import sqlalchemy as sa
 
 from punctual.adapters.stores.sql import tables as t
-from punctual.adapters.stores.sql.dialects import insert_ignore
-from punctual.ports.records import IdempotencyRecord
+from punctual.adapters.stores.sql.dialects import insert_ignore, insert_returning, update_rows
+from punctual.ports.records import IdempotencyRecord, KeyOutcome
 
 _k = t.idempotency_keys.c
+_KEY = ["tenant", "principal", "key"]
+_IN_FLIGHT = [_k.state == "in_flight"]
+
+
+def _record(row: Any) -> IdempotencyRecord:
+    return IdempotencyRecord(
+        tenant=row["tenant"],
+        principal=row["principal"],
+        key=row["key"],
+        fingerprint=row["fingerprint"],
+        state=row["state"],
+        owner=row["owner"],
+        lease_until=row["lease_until"],
+        status_code=row["status_code"],
+        response=row["response"],
+    )
 
 
 class SqlIdempotency:
@@ -75,19 +92,7 @@ class SqlIdempotency:
             .mappings()
             .first()
         )
-        if row is None:
-            return None
-        return IdempotencyRecord(
-            tenant=row["tenant"],
-            principal=row["principal"],
-            key=row["key"],
-            fingerprint=row["fingerprint"],
-            state=row["state"],
-            owner=row["owner"],
-            lease_until=row["lease_until"],
-            status_code=row["status_code"],
-            response=row["response"],
-        )
+        return None if row is None else _record(row)
 
     def complete(
         self,
@@ -119,5 +124,93 @@ class SqlIdempotency:
         self._conn.execute(
             sa.delete(t.idempotency_keys).where(
                 self._where(tenant, principal, key), _k.owner == owner, _k.state == "in_flight"
+            )
+        )
+
+    def claim_many(
+        self,
+        tenant: str,
+        principal: str,
+        keys: Sequence[tuple[str, str]],
+        owner: str,
+        lease_until: datetime,
+        now: datetime,
+    ) -> set[str]:
+        """``try_claim`` for many (key, fingerprint) pairs in one statement; the keys claimed.
+
+        Keys are inserted in sorted order, so two requests claiming overlapping keys wait
+        for each other in the same order and cannot deadlock.
+        """
+        rows = [
+            {
+                "tenant": tenant,
+                "principal": principal,
+                "key": key,
+                "fingerprint": fingerprint,
+                "state": "in_flight",
+                "owner": owner,
+                "lease_until": lease_until,
+                "created_at": now,
+            }
+            for key, fingerprint in sorted(keys)
+        ]
+        inserted = insert_returning(
+            self._conn, t.idempotency_keys, rows, ["key"], ignore_conflicts_on=_KEY
+        )
+        return {row["key"] for row in inserted}
+
+    def get_many(
+        self, tenant: str, principal: str, keys: Sequence[str]
+    ) -> dict[str, IdempotencyRecord]:
+        if not keys:
+            return {}
+        query = sa.select(t.idempotency_keys).where(
+            _k.tenant == tenant, _k.principal == principal, _k.key.in_(list(keys))
+        )
+        return {row["key"]: _record(row) for row in self._conn.execute(query).mappings()}
+
+    def complete_many(
+        self,
+        tenant: str,
+        principal: str,
+        owner: str,
+        outcomes: Sequence[KeyOutcome],
+        now: datetime,
+    ) -> set[str]:
+        """``complete`` for many keys in one statement; the keys recorded."""
+        rows = [
+            {
+                "key": o.key,
+                "tenant": tenant,
+                "principal": principal,
+                "owner": owner,
+                "status_code": o.status_code,
+                "response": o.response,
+                "resource_id": o.resource_id,
+                "decided_at": now,
+            }
+            for o in outcomes
+        ]
+        return update_rows(
+            self._conn,
+            t.idempotency_keys,
+            rows,
+            match=["key", "tenant", "principal", "owner"],
+            columns=["status_code", "response", "resource_id", "decided_at"],
+            shape="complete",
+            constant={"state": "done"},
+            where=_IN_FLIGHT,
+        )
+
+    def release_many(self, tenant: str, principal: str, keys: Sequence[str], owner: str) -> None:
+        if not keys:
+            return
+        self._conn.execute(
+            sa.delete(t.idempotency_keys).where(
+                _k.tenant == tenant,
+                _k.principal == principal,
+                _k.key.in_(list(keys)),
+                _k.owner == owner,
+                _k.state == "in_flight",
             )
         )

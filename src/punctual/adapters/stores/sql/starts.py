@@ -21,6 +21,7 @@ from punctual.adapters.stores.sql.dialects import (
 )
 from punctual.adapters.stores.sql.listener import DUE_CHANNEL
 from punctual.adapters.stores.sql.rows import last_error_to_json, start_from_row
+from punctual.adapters.stores.sql.start_inserts import insert_starts
 from punctual.domain.starts import LastError, ScheduledStart, StartState
 from punctual.domain.timeutil import to_rfc3339
 from punctual.ports.records import (
@@ -70,33 +71,10 @@ class SqlStarts:
         self._conn = conn
 
     def insert(self, new: NewStart, now: datetime) -> ScheduledStart:
-        values = {
-            "id": new.id,
-            "tenant": new.tenant,
-            "workflow": new.workflow,
-            "business_request_id": new.business_request_id,
-            "start_at": new.start_at,
-            "time_zone": new.time_zone,
-            "workload_class": new.workload_class,
-            "attributes": new.attributes,
-            "traceparent": new.traceparent,
-            "input": new.input.ciphertext,
-            "input_key_id": new.input.key_id,
-            "state": StartState.SCHEDULED.value,
-            "version": 1,
-            "attempts": 0,
-            "due_at": new.start_at,
-            "created_by": new.created_by,
-            "created_at": now,
-            "updated_at": now,
-            "run_id": new.run_id,
-        }
-        row = (
-            self._conn.execute(sa.insert(t.starts).values(**values).returning(*t.starts.c))
-            .mappings()
-            .one()
-        )
-        return start_from_row(row)
+        return insert_starts(self._conn, [new], now)[0]
+
+    def insert_many(self, new: Sequence[NewStart], now: datetime) -> list[ScheduledStart]:
+        return insert_starts(self._conn, new, now)
 
     def insert_occurrences(self, occurrences: Sequence[NewOccurrence], now: datetime) -> int:
         """Insert occurrences; one already present for (schedule, occurrence_at) is kept
