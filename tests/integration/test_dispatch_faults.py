@@ -25,10 +25,12 @@ import sqlalchemy as sa
 from punctual import bootstrap
 from punctual.adapters.stores.sql import tables as t
 from punctual.domain.permissions import Principal, Role
+from punctual.embedded import Scheduler
 from punctual.ports.engine import Engine, EngineUnavailable, RunOrder
 from punctual.ports.records import RunFilter
 from punctual.usecases import starts
 from punctual.usecases.dispatch import START_CHUNK, dispatch_due
+from punctual.usecases.generation import generate
 from tests.conftest import FakeClock, make_settings
 from tests.support.api import enroll, live_worker, register_demo
 
@@ -375,3 +377,52 @@ def test_a_reschedule_while_dispatching_takes_effect(system: bootstrap.Punctual)
     assert start["state"] == "scheduled"
     assert start["version"] == version + 1
     assert engine.terminated == []  # a later dispatch takes the run over
+
+
+# ---- overlap-policy occurrences: decided under the schedule's lock, started after it ----
+
+
+def test_an_overlap_policy_occurrence_is_recorded_before_the_engine_is_asked(
+    system: bootstrap.Punctual,
+) -> None:
+    """The schedule's row lock is never held across an engine call: when the engine is
+    asked, the run is already committed (another connection reads it), so a slow engine
+    delays neither edits of the schedule nor other runners' decisions."""
+    engine = _hooked(system)
+    seen: list[tuple[str | None, str | None]] = []
+
+    def look_from_another_connection(orders: Sequence[RunOrder]) -> None:
+        url = system.store.url.replace("postgresql://", "postgresql+psycopg://", 1)
+        other = sa.create_engine(url)
+        with other.connect() as conn:
+            for order in orders:
+                run = conn.execute(
+                    sa.select(t.runs.c.state).where(t.runs.c.id == order.run_id)
+                ).scalar_one_or_none()
+                start = conn.execute(
+                    sa.select(t.starts.c.state).where(t.starts.c.run_id == order.run_id)
+                ).scalar_one_or_none()
+                seen.append((run, start))
+        other.dispose()
+
+    engine.on_start = look_from_another_connection
+    clock_now = system.services.clock.now()
+    scheduler = Scheduler(system, "acme", "alice", Role.MEMBER)
+    schedule = scheduler.schedule_every(
+        "echo",
+        {"message": "tick"},
+        timedelta(seconds=1),
+        name="one-at-a-time",
+        overlap="skip",
+        missed="skip",
+        starts_at=clock_now + timedelta(seconds=0.3),
+    )
+    assert generate(system.services, 10).generated >= 1  # generated ahead of its time
+    time.sleep(0.5)  # now it is due
+    dispatched = dispatch_due(system.services, "runner-overlap", 10)
+    assert len(dispatched.dispatched) == 1, dispatched
+    assert seen == [("pending", "dispatched")], seen
+    runs = system.services.store
+    with runs.transaction(readonly=True) as tx:
+        found = tx.runs.find("acme", RunFilter(None, None, None), 0, 10)
+    assert [run.origin.get("schedule_id") for _, run in found] == [schedule["id"]]

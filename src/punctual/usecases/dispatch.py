@@ -18,8 +18,9 @@ A pass never outlives its claims' lease (FT-2): the engine is asked in chunks an
 claims are renewed between them.
 
 Occurrences of schedules are starts too. Those whose schedule has an overlap policy
-other than ``allow_all`` are dispatched one at a time under their schedule's lock, so
-that two runners cannot both decide "the previous run is finished".
+other than ``allow_all`` are decided one at a time under their schedule's lock, so
+that two runners cannot both decide "the previous run is finished"; their run is recorded
+in that transaction and the engine is asked after its commit.
 """
 
 from __future__ import annotations
@@ -187,12 +188,28 @@ def dispatch_due(services: Services, runner_id: str, page_size: int) -> Dispatch
             report.lost += 1
             continue
         try:
-            if _dispatch_under_schedule_lock(services, decision, report):
-                started.append(decision)
+            if not _dispatch_under_schedule_lock(services, decision, report):
+                continue
+        except Unavailable:
+            _release(services, [d.claim for d in serialized[index:]])
+            raise
+        except Exception as exc:  # FT-1: this occurrence alone; its lease runs out
+            log.error(
+                "event=dispatch_decision_failed start=%s error=%s",
+                decision.claim.id,
+                type(exc).__name__,
+            )
+            continue
+        lease.settled([decision.claim])
+        try:
+            # After the commit: the run is recorded `pending`, so no other runner decides
+            # "the previous run is finished", and the schedule's lock is not held across
+            # the engine call. If the call fails the run stays pending, and the engine's
+            # own recovery starts it (the Temporal sync restarts pending runs it does not
+            # know; the local engine's workers claim them from the store).
+            services.engine.start([decision.order])
         except EngineUnavailable as exc:
             outage = exc
-            _release(services, [decision.claim])
-            lease.settled([decision.claim])
     recorded = set(report.dispatched)
     _withdraw_lost(services, [d for d in started if d.claim.id not in recorded])
     services.engine.on_recorded(
@@ -504,7 +521,7 @@ def _dispatch_under_schedule_lock(
     services: Services, decision: Dispatched, report: DispatchReport
 ) -> bool:
     """Overlap (RS-3) decided at dispatch, one schedule at a time: a run is unfinished
-    until it is terminal. True if the engine was asked to start the run."""
+    until it is terminal. True if the run was recorded and the engine must start it."""
     claim = decision.claim
     assert claim.schedule_id is not None
     with services.store.transaction() as tx:
@@ -517,9 +534,9 @@ def _dispatch_under_schedule_lock(
             one_already_buffered=tx.starts.buffered_of(schedule.id) > 0,
         )
         if verdict is OverlapDecision.START:
-            services.engine.start([decision.order])
-            if _mark_dispatched(tx, decision, now, report):
-                tx.runs.insert_new([_new_run(decision)], now)
+            if not _mark_dispatched(tx, decision, now, report):
+                return False
+            tx.runs.insert_new([_new_run(decision)], now)
             return True
         state = StartState.SKIPPED if verdict is OverlapDecision.SKIP else StartState.BUFFERED
         won = tx.starts.settle_claim(
