@@ -426,3 +426,38 @@ def test_an_overlap_policy_occurrence_is_recorded_before_the_engine_is_asked(
     with runs.transaction(readonly=True) as tx:
         found = tx.runs.find("acme", RunFilter(None, None, None), 0, 10)
     assert [run.origin.get("schedule_id") for _, run in found] == [schedule["id"]]
+
+
+def test_an_error_deciding_one_overlap_policy_occurrence_leaves_the_others(
+    system: bootstrap.Punctual, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """FT-1 for the serialized path: one occurrence whose overlap decision raises is left
+    to its lease; the others of the page dispatch, and the pass reports them."""
+    from punctual.usecases import dispatch
+
+    scheduler = Scheduler(system, "acme", "alice", Role.MEMBER)
+    soon = system.services.clock.now() + timedelta(seconds=0.3)
+    for name in ("first", "second", "third"):
+        scheduler.schedule_every(
+            "echo",
+            {"message": name},
+            timedelta(seconds=1),
+            name=name,
+            overlap="skip",
+            missed="skip",
+            starts_at=soon,
+        )
+    assert generate(system.services, 10).generated >= 3  # ahead of their time
+    time.sleep(0.5)  # the first of each is due
+    real = dispatch.overlap_decision
+    calls = {"n": 0}
+
+    def first_one_raises(*args: Any, **kwargs: Any) -> Any:
+        calls["n"] += 1
+        if calls["n"] == 1:
+            raise RuntimeError("a bug deciding one occurrence")
+        return real(*args, **kwargs)
+
+    monkeypatch.setattr(dispatch, "overlap_decision", first_one_raises)
+    report = dispatch_due(system.services, "runner-overlap", 10)
+    assert (report.claimed, len(report.dispatched)) == (3, 2), report
