@@ -136,3 +136,45 @@ def test_a_cancel_that_wins_during_the_temporal_start_ends_that_execution(
     with h.system.store.transaction(readonly=True) as tx:
         assert tx.runs.get(TENANT, run_id) is None
     assert h.body_runs(run_id) == 0
+
+
+class ConvergedOnTheLeftover:
+    """A re-dispatch whose start met the leftover execution (still open, about to give up)
+    and so started nothing new: what ``USE_EXISTING`` does in that window."""
+
+    def __init__(self, inner: Any) -> None:
+        self.inner = inner
+        self.name = inner.name
+        self.loaded = inner.loaded
+        self.on_recorded = inner.on_recorded
+
+    def start(self, orders: Sequence[RunOrder]) -> None:
+        del orders
+
+
+@pytest.mark.parametrize("harness", ["temporal"], indirect=True)
+def test_a_run_recorded_just_after_its_leftover_gave_up_is_started_anew(
+    harness: Harness,
+) -> None:
+    """The narrow window of a ghost: the leftover execution decided to give up, the next
+    dispatch converged on it and recorded the run, then the leftover failed. The body
+    never ran, so the sync starts the run anew instead of ending it as lost."""
+    from punctual.adapters.engines.temporal.sync import sync_runs
+
+    h = harness
+    assert h.temporal_address is not None
+    start_id = h.create_start("count", {})
+    run_id = _run_id(h, start_id)
+    failing = dataclasses.replace(h.services, engine=AcceptedThenFailed(h.engine))
+    with pytest.raises(EngineUnavailable):
+        dispatch_due(failing, "runner-a", 10)
+    [ghost] = _closed(h.temporal_address, run_id, 1, timeout=20)
+    assert ghost.status.name == "FAILED"
+    converged = dataclasses.replace(h.services, engine=ConvergedOnTheLeftover(h.engine))
+    assert dispatch_due(converged, "runner-b", 10).dispatched == [start_id]
+
+    sync_runs(h.services, h.engine)
+
+    run = h.wait(run_id, finished, timeout=30)
+    assert run.state.value == "completed", run
+    assert h.body_runs(run_id) == 1

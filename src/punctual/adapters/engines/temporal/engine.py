@@ -47,6 +47,7 @@ from punctual.adapters.engines.temporal.messages import (
     RUN_ERROR_OF_FAILURE,
     RUN_STATE_OF_FAILURE,
     WORKFLOW_TYPE,
+    FailureType,
     RunArgs,
     coded_error,
 )
@@ -98,6 +99,9 @@ class Observation:
     """Temporal has recorded a cancel request for the (still open) execution."""
     undecodable: bool = False
     """The execution closed with an outcome punctual cannot decode (see ``_closed``)."""
+    never_recorded: bool = False
+    """It gave up waiting for its run record (its start was released or ended): it never
+    ran the body, so a run recorded since may still be started anew."""
 
 
 class LoopThread:
@@ -457,7 +461,10 @@ async def _decoded(
             last.workflow_execution_failed_event_attributes.failure
         )
         state, error = _failure(failure)
-        return Observation(run_id, state, attempts, None, error, ended_at)
+        gave_up = isinstance(failure, ApplicationError) and (
+            failure.type == FailureType.NOT_RECORDED
+        )
+        return Observation(run_id, state, attempts, None, error, ended_at, never_recorded=gave_up)
     if last.HasField("workflow_execution_canceled_event_attributes"):
         error = run_error(RunErrorCode.CANCELED, "canceled on request")
         return Observation(run_id, "canceled", attempts, None, error, ended_at)

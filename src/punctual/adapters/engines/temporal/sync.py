@@ -98,9 +98,12 @@ def sync_runs(
             if observation is None:  # its observation raised (logged by the engine)
                 report.skipped.append(record.id)
                 continue
-            if observation.state == "missing" and (
+            if (observation.state == "missing" or observation.never_recorded) and (
                 record.state is RunState.PENDING and record.attempts == 0
             ):
+                # Unknown to Temporal, or its execution gave up waiting for the record
+                # just before a re-dispatch converged on it and recorded the run: the
+                # body never ran, so the run is started anew (a new execution).
                 restart.append(record)
                 continue
             _isolated(services, engine, ledger, record, observation, report)
@@ -220,6 +223,7 @@ def _lose(services: Services, ledger: RunLedger, record: RunRecord, report: Sync
 
 
 def _order(record: RunRecord) -> RunOrder:
+    """A start that may replace a closed execution that never ran the body."""
     return RunOrder(
         run_id=record.id,
         tenant=record.tenant,
@@ -229,6 +233,7 @@ def _order(record: RunRecord) -> RunOrder:
         priority=record.priority,
         timeout_seconds=record.timeout_seconds,
         origin=record.origin,
+        replaces_unrecorded=True,
     )
 
 
