@@ -210,7 +210,7 @@ def deployed(variant: Variant, log_dir: Path) -> Iterator[Deployment]:
 def run_once(deployment: Deployment, run: int, args: argparse.Namespace) -> RunResult:
     v = deployment.variant
     batch = v.route == "batch"
-    count = max(1, args.count // args.batch_size) if batch else args.count
+    count = max(1, args.batch_count // args.batch_size) if batch else args.count
     warmup = 1 if batch else args.warmup
     tag = f"ct-{v.backend}-{v.route}-{v.clients}-{v.processes}-{v.preload}-{run}"
     result = load(
@@ -247,7 +247,7 @@ def variants_of(backend: str, args: argparse.Namespace) -> list[Variant]:
     if "create" in routes:
         found += [Variant(backend, "create", c) for c in clients]
         found += [Variant(backend, "create", most, p) for p in processes if p > 1]
-        if args.preload:
+        if args.preload and backend == "postgres":
             found.append(Variant(backend, "create", most, max(processes), args.preload))
     if "batch" in routes:
         found += [Variant(backend, "batch", args.batch_clients, p) for p in processes]
@@ -568,6 +568,7 @@ def main() -> None:
     )
     parser.add_argument("--routes", default="create,batch", help="create,batch")
     parser.add_argument("--batch-size", type=int, default=500, help="Items per batch request.")
+    parser.add_argument("--batch-count", type=int, default=10000, help="Timed batch items per run.")
     parser.add_argument("--batch-clients", type=int, default=4, help="Clients of the batch route.")
     parser.add_argument(
         "--no-floor",

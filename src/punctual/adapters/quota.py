@@ -1,5 +1,10 @@
 """Quota controllers: best-effort for one machine, exact on PostgreSQL, or none.
 
+Both counting controllers read the tenant's pending starts from the counter that triggers
+keep in step with ``starts`` (``Starts.pending_by_class``, migration 0008): a few rows,
+whatever the backlog. A batch create asks once for all its items (``admit_starts``), and
+they are admitted in request order up to the limit.
+
 * ``LocalQuota`` counts pending starts in the inserting transaction under a process-local
   lock. On SQLite writers are serialized, so it is exact there; on PostgreSQL two API
   processes can both count below the limit and both insert: best-effort only (QA-2).
@@ -56,10 +61,9 @@ def _decide(
     class_limits: Mapping[str, int],
 ) -> list[PunctualError | None]:
     """Admit in order up to the limits, counting each admitted start as pending."""
-    count = tx.starts.count_pending(tenant)
-    class_counts = {
-        c: tx.starts.count_pending(tenant, c) for c in set(workload_classes) if c in class_limits
-    }
+    pending = tx.starts.pending_by_class(tenant)
+    count = sum(pending.values())
+    class_counts = {c: pending.get(c, 0) for c in set(workload_classes) if c in class_limits}
     answers: list[PunctualError | None] = []
     for workload_class in workload_classes:
         if count >= limit:

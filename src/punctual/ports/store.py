@@ -193,6 +193,10 @@ class Starts(Protocol):
         """Insert one-off starts in as few statements as possible; returned in the order
         given."""
 
+    def pending_by_class(self, tenant: str) -> dict[str, int]:
+        """The tenant's pending one-off starts per workload class, what ``count_pending``
+        counts, at a cost that does not grow with the number pending (QA-1)."""
+
     def notify_due(self) -> None:
         """Wake runners in other processes once this transaction commits."""
 

@@ -20,6 +20,7 @@ from punctual.adapters.stores.sql.dialects import (
     update_many,
 )
 from punctual.adapters.stores.sql.listener import DUE_CHANNEL
+from punctual.adapters.stores.sql.pending_counts import pending_by_class
 from punctual.adapters.stores.sql.rows import last_error_to_json, start_from_row
 from punctual.adapters.stores.sql.start_inserts import insert_starts
 from punctual.domain.starts import LastError, ScheduledStart, StartState
@@ -75,6 +76,9 @@ class SqlStarts:
 
     def insert_many(self, new: Sequence[NewStart], now: datetime) -> list[ScheduledStart]:
         return insert_starts(self._conn, new, now)
+
+    def pending_by_class(self, tenant: str) -> dict[str, int]:
+        return pending_by_class(self._conn, tenant)
 
     def insert_occurrences(self, occurrences: Sequence[NewOccurrence], now: datetime) -> int:
         """Insert occurrences; one already present for (schedule, occurrence_at) is kept

@@ -376,3 +376,18 @@ findings = sa.Table(
     sa.Column("acknowledged_by", sa.String(200)),
     sa.UniqueConstraint("tenant", "kind", "subject_id"),
 )
+
+# The tenant's pending one-off starts as a sum of deltas, so the exact quota reads a few
+# rows instead of counting the tenant's pending starts (cost flat in the backlog). Every
+# change of ``starts`` adds its delta here in the same transaction, by a database trigger
+# (migration 0008), so no code path can forget it; the quota controller folds the rows of
+# a tenant into one per workload class while it holds the tenant's lock.
+pending_start_counts = sa.Table(
+    "pending_start_counts",
+    metadata,
+    _seq(),
+    sa.Column("tenant", sa.String(64), nullable=False),
+    sa.Column("workload_class", sa.String(64), nullable=False),
+    sa.Column("delta", sa.BigInteger, nullable=False),
+    sa.Index(None, "tenant"),
+)
