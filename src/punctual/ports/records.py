@@ -159,6 +159,17 @@ class RunClaim:
 
 
 @dataclass(frozen=True)
+class AttemptOutcome:
+    """How one attempt of a run ended, as its worker records it (``Runs.finish_many``)."""
+
+    run_id: str
+    attempt: int
+    state: str  # a RunState value
+    result: Any
+    error: dict[str, Any] | None
+
+
+@dataclass(frozen=True)
 class RunFlags:
     id: str
     state: str

@@ -17,6 +17,7 @@ from punctual.domain.runs import Definition, DefinitionState, Run, RunState
 from punctual.domain.schedules import Schedule
 from punctual.domain.starts import ScheduledStart, StartState
 from punctual.ports.records import (
+    AttemptOutcome,
     ClaimedRun,
     ClaimedStart,
     ClaimToken,
@@ -349,6 +350,9 @@ class Runs(Protocol):
     def mark_started(self, claims: Sequence[RunClaim], at: datetime) -> set[str]:
         """``started_at`` = ``at`` for runs still under these claims; the ids marked."""
 
+    def mark_started_each(self, started: Sequence[tuple[RunClaim, datetime]]) -> set[str]:
+        """``mark_started`` with a time per claim, in one statement; the ids marked."""
+
     def finish(
         self,
         run_id: str,
@@ -362,6 +366,12 @@ class Runs(Protocol):
         """Record an attempt's outcome under the claim ``<worker_id>/<attempt>``; must
         refuse (False) when the run was terminated or claimed again. Results and errors
         are stored losslessly, NUL characters included (FT-3)."""
+
+    def finish_many(
+        self, worker_id: str, outcomes: Sequence[AttemptOutcome], now: datetime
+    ) -> set[str]:
+        """``finish`` for many attempts in one statement; the run ids recorded (the others
+        had moved on). A worker records a batch of outcomes at once."""
 
     def release_lost(self, now: datetime, max_attempts: int) -> tuple[int, int]:
         """Runs whose lease expired (by the store's clock): requeue as a new attempt

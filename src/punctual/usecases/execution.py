@@ -15,7 +15,7 @@ from typing import Any
 from punctual.domain.runs import RunErrorCode, RunState, run_error
 from punctual.errors import Unavailable
 from punctual.ports.events import Event
-from punctual.ports.records import ClaimedRun, RunClaim, RunFlags, WorkerRecord
+from punctual.ports.records import AttemptOutcome, ClaimedRun, RunClaim, RunFlags, WorkerRecord
 from punctual.usecases.context import Services
 from punctual.usecases.definitions import DeclaredDefinition, register_worker
 
@@ -125,15 +125,20 @@ class Finished:
 
 
 def finish_runs(services: Services, worker_id: str, finished: Sequence[Finished]) -> list[bool]:
-    """Record attempts' outcomes in one transaction; per run, False when it had moved on
-    (terminated, lost). One transaction per batch keeps a busy worker's completions from
-    queueing behind each other's commits."""
+    """Record attempts' outcomes in one transaction and one statement; per run, False
+    when it had moved on (terminated, lost). One transaction per batch keeps a busy
+    worker's completions from queueing behind each other's commits."""
     now = services.clock.now()
     with services.store.transaction() as tx:
-        recorded = [
-            tx.runs.finish(f.run.id, worker_id, f.run.attempt, f.state, f.result, f.error, now)
-            for f in finished
-        ]
+        done = tx.runs.finish_many(
+            worker_id,
+            [
+                AttemptOutcome(f.run.id, f.run.attempt, f.state.value, f.result, f.error)
+                for f in finished
+            ],
+            now,
+        )
+        recorded = [f.run.id in done for f in finished]
         # Follow-through bookkeeping (CR-4); never a version change (RS-6).
         tx.schedules.note_status(
             {
@@ -169,13 +174,9 @@ def run_flags(services: Services, running: Sequence[str]) -> list[RunFlags]:
 
 
 def mark_started(services: Services, started: Sequence[tuple[RunClaim, datetime]]) -> None:
-    """Record when bodies began (``started_at``), many in one transaction."""
-    by_time: dict[datetime, list[RunClaim]] = {}
-    for claim, at in started:
-        by_time.setdefault(at, []).append(claim)
+    """Record when bodies began (``started_at``), many in one statement."""
     with services.store.transaction() as tx:
-        for at, claims in by_time.items():
-            tx.runs.mark_started(claims, at)
+        tx.runs.mark_started_each(started)
 
 
 def give_back(services: Services, claims: Sequence[RunClaim]) -> None:

@@ -64,6 +64,28 @@ _MAX_RESPAWN_BACKOFF_SECONDS = 30.0
 _MAX_TRACEBACK_CHARS = 16_000
 _MAX_MESSAGE_CHARS = 4_000
 _TERMINATED_REASON = "terminated on request: the process running the body was killed"
+_TERMINATED_UNBEGUN_REASON = "terminated on request before its body began"
+
+REQUEUE_AFTER_SECONDS = 0.2
+"""An assignment queued behind another body that has not begun this long after it was
+sent is taken back (``on_returned``): a slow body never holds runs queued behind it."""
+BUSY_AFTER_SECONDS = 0.02
+"""A slot whose body has run this long takes no more queued assignments."""
+_TRANSITION_LOCK_TIMEOUT_SECONDS = 1.0
+"""A child holds its transition lock for a few instructions; one that holds it this long
+is stopped or dead, and is killed."""
+_EPOCH = 0
+_BEGUN = 1
+
+
+@dataclass(eq=False)
+class _SharedSlot:
+    """What a slot's child and the parent share: ``state[_EPOCH]``, the epoch an
+    assignment must carry to begin, and ``state[_BEGUN]``, the sequence number of the
+    last assignment whose body began, both changed only under ``lock``."""
+
+    lock: Any  # multiprocessing.synchronize.Lock
+    state: Any  # multiprocessing RawArray of two signed 64-bit integers
 
 
 @dataclass(frozen=True)
@@ -101,7 +123,7 @@ class Outcome:
 # --------------------------------------------------------------------------------------
 
 
-def _child_main(conn: Connection, app_ref: str) -> None:
+def _child_main(conn: Connection, app_ref: str, shared: _SharedSlot) -> None:
     """Entry point of a slot process: import the app once, then serve assignments."""
     # Ctrl-C on the worker is the parent's to handle (it decides how to shut down), and
     # a process group of our own lets the parent kill whatever the body spawned, too.
@@ -115,7 +137,7 @@ def _child_main(conn: Connection, app_ref: str) -> None:
             conn.send(("load_failed", f"{type(exc).__name__}: {exc}"))
         return
     conn.send(("ready", os.getpid()))
-    _ChildServer(conn, app, app_ref).serve()
+    _ChildServer(conn, app, app_ref, shared).serve()
 
 
 def _exit_now() -> None:
@@ -127,33 +149,69 @@ def _exit_now() -> None:
 
 
 class _ChildServer:
-    """Runs bodies on the child's main thread; a listener thread reads the pipe."""
+    """Runs bodies on the child's main thread, one at a time in the order sent; a
+    listener thread reads the pipe.
 
-    def __init__(self, conn: Connection, app: App, app_ref: str) -> None:
+    Before it begins a body the child takes the slot's transition lock, checks that the
+    assignment's epoch is still the slot's (the parent bumps the epoch to take back every
+    assignment not begun yet) and writes the assignment's sequence number as the last one
+    begun. The parent reads that number under the same lock, so it always knows exactly
+    which bodies began: the rest can be taken back or killed around without loss.
+    """
+
+    def __init__(self, conn: Connection, app: App, app_ref: str, shared: _SharedSlot) -> None:
         self._conn = conn
         self._app = app
         self._app_ref = app_ref
-        self._jobs: queue.Queue[tuple[Assignment, threading.Event] | None] = queue.Queue()
+        self._shared = shared
+        self._jobs: queue.SimpleQueue[tuple[int, int, Assignment] | None] = queue.SimpleQueue()
         self._lock = threading.Lock()
-        self._current: tuple[str, threading.Event] | None = None
+        self._cancels: dict[str, threading.Event] = {}
+        self._outbox: list[tuple[Any, ...]] = []
+        """Events not sent yet: a body's outcome waits here only until the next body is
+        about to begin (or the queue is empty), so it is always on the pipe before another
+        body can crash this process."""
 
     def serve(self) -> None:
         listener = threading.Thread(target=self._listen, name="punctual-slot-listener")
         listener.daemon = True
         listener.start()
         while True:
-            job = self._jobs.get()
-            if job is None:
-                return
-            assignment, cancel_event = job
             try:
-                self._run(assignment, cancel_event)
+                job = self._jobs.get_nowait()
+            except queue.Empty:
+                self._flush()
+                job = self._jobs.get()
+            if job is None:
+                self._flush()
+                return
+            seq, epoch, assignment = job
+            with self._lock:
+                cancel_event = self._cancels.get(assignment.run_id) or threading.Event()
+            try:
+                # The previous body's outcome goes out before this one may begin: once the
+                # parent reads this body as begun, everything before it is on the pipe.
+                self._flush()
+                if self._begin(seq, epoch):
+                    self._run(assignment, cancel_event)
             finally:
-                # The parent may already have sent the next assignment (it got our
-                # "finished"), and the listener registered it: only forget our own.
                 with self._lock:
-                    if self._current is not None and self._current[1] is cancel_event:
-                        self._current = None
+                    if self._cancels.get(assignment.run_id) is cancel_event:
+                        del self._cancels[assignment.run_id]
+
+    def _begin(self, seq: int, epoch: int) -> bool:
+        """Claim the right to begin this body, or learn it was taken back."""
+        with self._shared.lock:
+            if self._shared.state[_EPOCH] != epoch:
+                return False
+            self._shared.state[_BEGUN] = seq
+        return True
+
+    def _flush(self) -> None:
+        if not self._outbox:
+            return
+        events, self._outbox = self._outbox, []
+        self._conn.send(("events", events))
 
     def _listen(self) -> None:
         while True:
@@ -164,15 +222,15 @@ class _ChildServer:
                 return
             kind = message[0]
             if kind == "run":
-                assignment: Assignment = message[1]
-                event = threading.Event()
-                with self._lock:
-                    self._current = (assignment.run_id, event)
-                self._jobs.put((assignment, event))
+                for seq, epoch, assignment in message[1]:
+                    with self._lock:
+                        self._cancels[assignment.run_id] = threading.Event()
+                    self._jobs.put((seq, epoch, assignment))
             elif kind == "cancel":
                 with self._lock:
-                    if self._current is not None and self._current[0] == message[1]:
-                        self._current[1].set()
+                    event = self._cancels.get(message[1])
+                if event is not None:
+                    event.set()
             elif kind == "stop":
                 self._jobs.put(None)
                 return
@@ -189,10 +247,11 @@ class _ChildServer:
                 type="WorkflowNotLoaded",
                 traceback="",
             )
-            self._conn.send(("finished", run_id, "failed", None, error))
+            self._outbox.append(("finished", run_id, "failed", None, error))
             return
         ctx = RunContext(run_id, assignment.attempt, assignment.origin, cancel_event)
-        self._conn.send(("started", run_id))
+        self._outbox.append(("started", run_id, time.time(), time.monotonic()))
+        self._flush()
         state: OutcomeState
         result_json: str | None = None
         error_info: dict[str, Any] | None = None
@@ -229,7 +288,7 @@ class _ChildServer:
                     type="ResultNotSerializable",
                     traceback="",
                 )
-        self._conn.send(("finished", run_id, state, result_json, error_info))
+        self._outbox.append(("finished", run_id, state, result_json, error_info))
 
 
 def _safe_str(exc: BaseException) -> str:
@@ -253,10 +312,14 @@ def _cap(text: str, limit: int) -> str:
 @dataclass(eq=False)
 class _Active:
     assignment: Assignment
-    deadline: float  # time.monotonic(); math.inf for no deadline
+    seq: int  # the child's sequence number of this assignment
+    epoch: int  # the child's epoch when it was sent
+    sent_at: float  # time.monotonic()
+    deadline: float = math.inf  # its body's start + the execution timeout, once begun
     sent: bool = False  # the "run" message went out, so a "cancel" can follow it
     cancel_requested: bool = False
-    started: bool = False
+    started: bool = False  # the child said its body began
+    began_at: float = math.inf  # time.monotonic() in the child when it began
 
 
 @dataclass(eq=False)
@@ -265,12 +328,16 @@ class _Child:
     conn: Connection
     pid: int
     sentinel: int
+    shared: _SharedSlot
     send_lock: threading.Lock = field(default_factory=threading.Lock)
     ready: bool = False  # app imported, accepting assignments
-    dying: bool = False  # killed by the pool; whatever it still says is ignored
+    dying: bool = False  # killed by the pool; its last run's words are ignored
     exited: bool = False  # reaped: its pid may belong to someone else now
     conn_open: bool = True
-    active: _Active | None = None
+    active: dict[str, _Active] = field(default_factory=dict)
+    """Its assignments without an outcome yet, in the order sent (and run)."""
+    next_seq: int = 1
+    epoch: int = 0
 
 
 @dataclass(eq=False)
@@ -281,11 +348,25 @@ class _Slot:
     failures: int = 0  # consecutive children that died before becoming ready
 
 
-_Event = tuple[Literal["started"], str] | tuple[Literal["finished"], Outcome]
+_Event = (
+    tuple[Literal["started"], str, float]
+    | tuple[Literal["finished"], Outcome]
+    | tuple[Literal["returned"], Assignment]
+)
+_Fate = Literal["unbegun", "killed", "finished"]
 
 
 class SlotPool:
-    """``slots`` warm child processes that run assignments, one each at a time.
+    """``slots`` warm child processes; each runs its assignments one at a time.
+
+    With ``queue_depth`` above 1, a slot's child also holds up to that many assignments
+    queued behind the body it runs, so that it goes from one short body to the next
+    without waiting for the parent. Queued assignments never suffer from another run's
+    end: terminating or timing out a body kills only its child, after the assignments
+    behind it were taken back under the child's transition lock, and those (like any
+    assignment that waits too long behind a slow body) are handed to ``on_returned``
+    without ever having begun. ``on_finished`` is called exactly once per submitted
+    assignment that is not returned (until ``close``).
 
     Thread-safe: ``submit``, ``cancel``, ``terminate`` and the queries may be called from
     any thread, including from inside the callbacks.
@@ -297,12 +378,23 @@ class SlotPool:
         slots: int,
         on_started: Callable[[str], None],
         on_finished: Callable[[Outcome], None],
+        *,
+        queue_depth: int = 1,
+        on_returned: Callable[[list[Assignment]], None] | None = None,
+        on_began: Callable[[str, float], None] | None = None,
     ) -> None:
         if slots < 1:
             raise ValueError(f"a slot pool needs at least one slot, not {slots}")
+        if queue_depth < 1:
+            raise ValueError(f"queue_depth must be at least 1, not {queue_depth}")
+        if queue_depth > 1 and on_returned is None:
+            raise ValueError("a queue_depth above 1 needs on_returned for runs taken back")
         self._app_ref = app_ref
         self._on_started = on_started
+        self._on_began = on_began
         self._on_finished = on_finished
+        self._on_returned = on_returned
+        self._depth = queue_depth
         self._ctx = multiprocessing.get_context("forkserver")
         # The fork server forks every slot process, so whatever it has imported a child
         # does not import again. Only effective before the server first starts.
@@ -364,9 +456,24 @@ class SlotPool:
     def _startup_timeout(self) -> float:
         return max(STARTUP_TIMEOUT_SECONDS, STARTUP_SECONDS_PER_SLOT * len(self._slots))
 
+    @property
+    def capacity(self) -> int:
+        """Assignments the pool holds at most: slots x queue depth."""
+        return len(self._slots) * self._depth
+
     def free_slots(self) -> int:
+        """Slots with nothing assigned."""
         with self._lock:
             return self._free_count()
+
+    def free_capacity(self) -> int:
+        """Assignments ``submit`` takes now: a whole queue per idle slot, and the rest of
+        the queue of a slot whose body began less than ``BUSY_AFTER_SECONDS`` ago."""
+        with self._lock:
+            if self._closed:
+                return 0
+            now = time.monotonic()
+            return sum(self._room(s.child, now) for s in self._slots if s.child is not None)
 
     def wait_for_free_slot(self, timeout: float | None = None) -> bool:
         """Block until a slot is free (``True``) or ``timeout`` passes / the pool closes."""
@@ -374,32 +481,52 @@ class SlotPool:
             self._changed.wait_for(lambda: self._closed or self._free_count() > 0, timeout)
             return not self._closed and self._free_count() > 0
 
+    def wait_for_capacity(self, minimum: int, timeout: float | None = None) -> bool:
+        """Block until ``free_capacity()`` is at least ``minimum`` or a slot is idle."""
+
+        def enough() -> bool:
+            if self._closed or self._free_count() > 0:
+                return True
+            now = time.monotonic()
+            room = sum(self._room(s.child, now) for s in self._slots if s.child is not None)
+            return room >= minimum
+
+        with self._changed:
+            self._changed.wait_for(enough, timeout)
+            return not self._closed and enough()
+
     def submit(self, assignment: Assignment) -> None:
-        """Hand ``assignment`` to a free slot; ``RuntimeError`` if there is none."""
+        """Hand ``assignment`` to a slot with room; ``RuntimeError`` if there is none."""
         timeout = assignment.timeout_seconds
         if math.isnan(timeout) or timeout <= 0:
             raise ValueError(f"timeout_seconds must be positive, not {timeout!r}")
-        # Pickle before taking the slot, so a payload that cannot travel fails here
-        # instead of leaving a slot that waits for a message that never comes.
-        message = pickle.dumps(("run", assignment), protocol=pickle.HIGHEST_PROTOCOL)
         with self._lock:
             if not self._started or self._closed:
                 raise RuntimeError("the slot pool is not running (start() it; not closed)")
             if assignment.run_id in self._runs:
                 raise ValueError(f"run {assignment.run_id} is already running in this pool")
-            child = next(
-                (s.child for s in self._slots if s.child is not None and self._is_free(s.child)),
-                None,
-            )
+            child = self._placement()
             if child is None:
                 raise RuntimeError("no free slot: wait for one (free_slots()) before submit")
-            active = _Active(assignment, time.monotonic() + timeout)
-            child.active = active
+            active = _Active(assignment, child.next_seq, child.epoch, time.monotonic())
+            child.next_seq += 1
+            child.active[assignment.run_id] = active
             self._runs[assignment.run_id] = child
-        self._send_bytes(child, message)
+        try:
+            message = ("run", [(active.seq, active.epoch, assignment)])
+            data = pickle.dumps(message, protocol=pickle.HIGHEST_PROTOCOL)
+        except BaseException:
+            # A payload that cannot travel fails here, and its place is given up again
+            # (the child skips the sequence number it never received).
+            with self._lock:
+                self._finalize(child, active)
+            raise
+        self._send_bytes(child, data)
         with self._lock:
             active.sent = True
-            follow_with_cancel = active.cancel_requested and child.active is active
+            follow_with_cancel = (
+                active.cancel_requested and child.active.get(assignment.run_id) is active
+            )
         if follow_with_cancel:
             self._send(child, ("cancel", assignment.run_id))
         self._wake()  # the monitor's next deadline may now be this one
@@ -408,44 +535,57 @@ class SlotPool:
         """Ask the body to stop (``RunContext.cancel_requested``); no-op if not running."""
         with self._lock:
             child = self._runs.get(run_id)
-            if child is None or child.active is None:
+            active = child.active.get(run_id) if child is not None else None
+            if child is None or active is None:
                 return
-            child.active.cancel_requested = True
-            if not child.active.sent:
+            active.cancel_requested = True
+            if not active.sent:
                 return  # submit() sends the cancel right after the assignment
         self._send(child, ("cancel", run_id))
 
     def terminate(self, run_id: str) -> None:
-        """Kill the process running ``run_id`` now and report it ``terminated`` (once)."""
+        """Stop ``run_id`` now and report it ``terminated`` (once): kill the process if
+        its body is running; if it has not begun, take it back so it never does."""
         with self._lock:
             child = self._runs.get(run_id)
-            if child is None:
+            active = child.active.get(run_id) if child is not None else None
+            if child is None or active is None:
                 return
-            assignment = self._finalize(child)
-            self._kill(child)
-            error = run_error(RunErrorCode.TERMINATED, _TERMINATED_REASON)
-            outcome = Outcome(run_id, "terminated", None, error, assignment.attempt)
+            fate, taken = self._seize(child, active)
+            self._finalize(child, active)
+            reason = _TERMINATED_UNBEGUN_REASON if fate == "unbegun" else _TERMINATED_REASON
+            error = run_error(RunErrorCode.TERMINATED, reason)
+            outcome = Outcome(run_id, "terminated", None, error, active.assignment.attempt)
             self._pending.append(("finished", outcome))
+            self._pending.extend(("returned", a.assignment) for a in taken)
         self._wake()
 
     def running(self) -> set[str]:
+        """Runs the pool holds: their body runs, or they wait in a slot's queue."""
         with self._lock:
             return set(self._runs)
 
     def close(self, grace_seconds: float = 5.0) -> None:
         """Stop the pool.
 
-        Runs that finish within ``grace_seconds`` are reported as usual; the rest are
-        killed without an outcome (their leases expire and they are retried elsewhere).
-        No callback is invoked after ``close`` returns.
+        With a queue depth above 1, assignments whose body has not begun are taken back
+        first (``on_returned``). Runs that finish within ``grace_seconds`` are reported as
+        usual; the rest are killed without an outcome (their leases expire and they are
+        retried elsewhere). No callback is invoked after ``close`` returns.
         """
         deadline = time.monotonic() + max(0.0, grace_seconds)
         in_monitor = threading.current_thread() is self._monitor_thread
+        returned: list[Assignment] = []
         with self._changed:
             if self._closed:
                 return
             self._closed = True
             self._changed.notify_all()
+            for slot in self._slots if self._depth > 1 else ():
+                child = slot.child
+                if child is not None and child.ready and not child.dying and child.active:
+                    _, taken = self._seize(child, None)
+                    returned += [a.assignment for a in taken]
             if not in_monitor and self._monitor_thread is not None:
                 self._changed.wait_for(lambda: not self._runs, max(0.0, grace_seconds))
             self._stopping = True
@@ -454,8 +594,8 @@ class SlotPool:
             children: list[_Child] = []
             for slot in self._slots:
                 if slot.child is not None:
-                    if slot.child.active is not None:
-                        slot.child.active = None
+                    if slot.child.active:
+                        slot.child.active.clear()
                         self._kill(slot.child)  # its run is left to lease expiry
                     children.append(slot.child)
                     slot.child = None
@@ -468,6 +608,11 @@ class SlotPool:
         self._wake()
         if self._monitor_thread is not None and not in_monitor:
             self._monitor_thread.join(timeout=30)
+        if returned and self._on_returned is not None:
+            try:
+                self._on_returned(returned)
+            except Exception:
+                logger.exception("a slot pool callback raised; the pool carries on")
         self._stop_children(children, deadline)
         with contextlib.suppress(ValueError):
             atexit.unregister(self._close_at_exit)
@@ -482,9 +627,10 @@ class SlotPool:
 
     def _spawn(self, index: int) -> _Child:
         parent_conn, child_conn = self._ctx.Pipe(duplex=True)
+        shared = _SharedSlot(self._ctx.Lock(), self._ctx.RawArray("q", 2))
         process = self._ctx.Process(
             target=_child_main,
-            args=(child_conn, self._app_ref),
+            args=(child_conn, self._app_ref, shared),
             name=f"punctual-slot-{index}",
         )
         try:
@@ -495,7 +641,13 @@ class SlotPool:
         finally:
             child_conn.close()
         assert process.pid is not None
-        return _Child(process=process, conn=parent_conn, pid=process.pid, sentinel=process.sentinel)
+        return _Child(
+            process=process,
+            conn=parent_conn,
+            pid=process.pid,
+            sentinel=process.sentinel,
+            shared=shared,
+        )
 
     def _stop_children(self, children: list[_Child], deadline: float) -> None:
         for child in children:
@@ -563,21 +715,91 @@ class SlotPool:
     # ---- state helpers (call with the lock held) -------------------------------------
 
     def _is_free(self, child: _Child) -> bool:
-        return child.ready and not child.dying and child.active is None
+        return child.ready and not child.dying and not child.active
 
     def _free_count(self) -> int:
         if self._closed:
             return 0
         return sum(1 for s in self._slots if s.child is not None and self._is_free(s.child))
 
-    def _finalize(self, child: _Child) -> Assignment:
-        """The run on ``child`` has its outcome: free the slot's bookkeeping."""
-        assert child.active is not None
-        assignment = child.active.assignment
-        child.active = None
-        self._runs.pop(assignment.run_id, None)
+    def _room(self, child: _Child, now: float) -> int:
+        if not child.ready or child.dying:
+            return 0
+        if not child.active:
+            return self._depth
+        if self._depth == 1:
+            return 0
+        running = next((a for a in child.active.values() if a.started), None)
+        if running is not None and now - running.began_at > BUSY_AFTER_SECONDS:
+            return 0
+        return max(0, self._depth - len(child.active))
+
+    def _placement(self) -> _Child | None:
+        """An idle slot's child, or else the one with the most room left."""
+        now = time.monotonic()
+        best: _Child | None = None
+        best_room = 0
+        for slot in self._slots:
+            child = slot.child
+            if child is None:
+                continue
+            if self._is_free(child):
+                return child
+            room = self._room(child, now)
+            if room > best_room:
+                best, best_room = child, room
+        return best
+
+    def _finalize(self, child: _Child, active: _Active) -> None:
+        """``active`` has its outcome (or was taken back): forget it."""
+        run_id = active.assignment.run_id
+        if child.active.get(run_id) is active:
+            del child.active[run_id]
+        if self._runs.get(run_id) is child:
+            del self._runs[run_id]
         self._changed.notify_all()
-        return assignment
+
+    def _seize(self, child: _Child, target: _Active | None) -> tuple[_Fate, list[_Active]]:
+        """Stop ``target`` (or, without one, nothing that runs) and take back every
+        assignment of ``child`` whose body has not begun.
+
+        Under the child's transition lock the child cannot begin another body, so the
+        last-begun number read there is exact: ``target`` is ``unbegun`` (it never will),
+        ``killed`` (its body was the one running, and only its process was killed), or
+        ``finished`` (its body ended, its outcome is on the pipe; nothing is done). The
+        assignments taken back are returned, already forgotten.
+        """
+        lock = child.shared.lock
+        locked = child.exited or lock.acquire(timeout=_TRANSITION_LOCK_TIMEOUT_SECONDS)
+        try:
+            if not locked:
+                logger.error(
+                    "slot process %d held its transition lock for over %g s; killing it",
+                    child.pid,
+                    _TRANSITION_LOCK_TIMEOUT_SECONDS,
+                )
+                self._kill(child)
+                child.process.join(_TRANSITION_LOCK_TIMEOUT_SECONDS)
+            begun = int(child.shared.state[_BEGUN])
+            fate: _Fate = "finished"
+            revoke = target is None
+            if target is not None and target.seq > begun:
+                fate, revoke = "unbegun", True
+            elif target is not None and target.seq == begun:
+                fate, revoke = "killed", True
+                if locked:
+                    self._kill(child)
+            if revoke:  # even when killed: it can begin nothing queued, whatever happens
+                child.epoch += 1
+                child.shared.state[_EPOCH] = child.epoch
+        finally:
+            if locked and not child.exited:
+                lock.release()
+        taken = [a for a in child.active.values() if a.seq > begun] if revoke else []
+        for active in taken:
+            if active is not target:
+                self._finalize(child, active)
+        return fate, [a for a in taken if a is not target]
 
     # ---- the monitor thread ----------------------------------------------------------
 
@@ -637,8 +859,12 @@ class SlotPool:
             sentinels[child.sentinel] = child
             if child.conn_open:
                 conns[child.conn] = child
-            if child.active is not None:
-                wake_at = min(wake_at, child.active.deadline)
+            for active in child.active.values():
+                if active.started:
+                    wake_at = min(wake_at, active.deadline)
+                elif self._depth > 1:
+                    wake_at = min(wake_at, active.sent_at + REQUEUE_AFTER_SECONDS)
+                    break  # the oldest one not begun is the first to be taken back
         timeout = None if wake_at == math.inf else max(0.0, wake_at - time.monotonic())
         return conns, sentinels, timeout
 
@@ -658,8 +884,14 @@ class SlotPool:
 
     def _handle(self, child: _Child, message: tuple[Any, ...], events: list[_Event]) -> None:
         kind = message[0]
+        if kind == "events":
+            # A killed child's other words still count: the bodies before the killed one
+            # ended, and their outcomes were written before it began.
+            for event in message[1]:
+                self._handle_run_event(child, event, events)
+            return
         if child.dying:
-            return  # terminated or timed out: later words from the body are not accepted
+            return
         if kind == "ready":
             child.ready = True
             slot = self._slot_of(child)
@@ -671,21 +903,28 @@ class SlotPool:
             if not self._start_complete and self._load_error is None:
                 self._load_error = str(message[1])
                 self._changed.notify_all()
-        elif kind == "started":
-            active = child.active
-            if active is not None and active.assignment.run_id == message[1] and not active.started:
+
+    def _handle_run_event(
+        self, child: _Child, event: tuple[Any, ...], events: list[_Event]
+    ) -> None:
+        active = child.active.get(event[1])
+        if active is None:
+            return  # terminated, timed out or taken back: later words are not accepted
+        if event[0] == "started":
+            if not active.started:
                 active.started = True
-                events.append(("started", message[1]))
-        elif kind == "finished":
-            _, run_id, state, result_json, error = message
-            if child.active is None or child.active.assignment.run_id != run_id:
-                return
-            assignment = self._finalize(child)
+                active.began_at = float(event[3])
+                active.deadline = active.began_at + active.assignment.timeout_seconds
+                events.append(("started", event[1], float(event[2])))
+        elif event[0] == "finished":
+            _, run_id, state, result_json, error = event
+            self._finalize(child, active)
             result = json.loads(result_json) if result_json is not None else None
-            events.append(("finished", Outcome(run_id, state, result, error, assignment.attempt)))
+            attempt = active.assignment.attempt
+            events.append(("finished", Outcome(run_id, state, result, error, attempt)))
 
     def _retire(self, child: _Child, events: list[_Event]) -> None:
-        """``child`` exited: report its run if it had one, and plan its replacement."""
+        """``child`` exited: report its runs if it had any, and plan its replacement."""
         child.process.join(1)
         exit_code = child.process.exitcode
         with self._lock:
@@ -693,9 +932,17 @@ class SlotPool:
             if self._stopping:
                 return  # close() owns the children now
             slot = self._slot_of(child)
-            if child.active is not None and not child.dying:
-                assignment = self._finalize(child)
-                events.append(("finished", _died(assignment, exit_code)))
+            if child.active:
+                # Whatever it wrote is read: a body that began is the one that died with
+                # it (or, for a child the pool killed, one it could not be asked about);
+                # the rest never began and go back.
+                begun = int(child.shared.state[_BEGUN])
+                for active in list(child.active.values()):
+                    self._finalize(child, active)
+                    if active.seq <= begun:
+                        events.append(("finished", _died(active.assignment, exit_code)))
+                    else:
+                        events.append(("returned", active.assignment))
             elif not child.ready and not child.dying:
                 detail = f"the slot process exited ({_describe_exit(exit_code)}) while starting"
                 if not self._start_complete and self._load_error is None:
@@ -721,14 +968,32 @@ class SlotPool:
         now = time.monotonic()
         for slot in self._slots:
             child = slot.child
-            if child is None or child.active is None or child.active.deadline > now:
+            if child is None or child.dying or not child.active:
                 continue
-            assignment = self._finalize(child)
-            self._kill(child)
-            reason = f"execution timeout of {assignment.timeout_seconds:g} s exceeded"
-            error = run_error(RunErrorCode.TIMED_OUT, reason)
-            outcome = Outcome(assignment.run_id, "timed_out", None, error, assignment.attempt)
-            events.append(("finished", outcome))
+            for active in list(child.active.values()):
+                if active.started and active.deadline <= now:
+                    fate, taken = self._seize(child, active)
+                    events.extend(("returned", a.assignment) for a in taken)
+                    if fate != "killed":
+                        continue  # it ended in time; its outcome is on the pipe
+                    self._finalize(child, active)
+                    assignment = active.assignment
+                    reason = f"execution timeout of {assignment.timeout_seconds:g} s exceeded"
+                    error = run_error(RunErrorCode.TIMED_OUT, reason)
+                    outcome = Outcome(
+                        assignment.run_id, "timed_out", None, error, assignment.attempt
+                    )
+                    events.append(("finished", outcome))
+                    break
+                if (
+                    not active.started
+                    and self._depth > 1
+                    and now - active.sent_at >= REQUEUE_AFTER_SECONDS
+                ):
+                    # Queued behind a slow body: take back what has not begun.
+                    _, taken = self._seize(child, None)
+                    events.extend(("returned", a.assignment) for a in taken)
+                    break
 
     def _respawn_due(self) -> None:
         now = time.monotonic()
@@ -760,12 +1025,26 @@ class SlotPool:
             self._release(child)
 
     def _deliver(self, events: list[_Event]) -> None:
+        returned: list[Assignment] = []
         for event in events:
             try:
                 if event[0] == "started":
-                    self._on_started(event[1])
-                else:
+                    if self._on_began is not None:
+                        self._on_began(event[1], event[2])
+                    else:
+                        self._on_started(event[1])
+                elif event[0] == "finished":
                     self._on_finished(event[1])
+                else:
+                    returned.append(event[1])
+            except Exception:
+                logger.exception("a slot pool callback raised; the pool carries on")
+        if returned:
+            if self._on_returned is None:  # queue depth 1 queues nothing behind a body
+                logger.error("slot pool took back %d run(s) without on_returned", len(returned))
+                return
+            try:
+                self._on_returned(returned)
             except Exception:
                 logger.exception("a slot pool callback raised; the pool carries on")
 

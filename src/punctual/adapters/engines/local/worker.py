@@ -40,6 +40,8 @@ _FLAG_CHECK_SECONDS = 0.25
 _IDLE_POLL_SECONDS = 0.5
 _RECORD_RETRY_SECONDS = 0.5
 _WATCHDOG_SECONDS = 0.1
+_MAX_HELD_PER_CAPACITY = 4
+"""A worker holds at most this many runs per place in its slots, recorded or not."""
 _MAX_FENCE_MARGIN_SECONDS = 1.0
 """A body is stopped this long (at most; a tenth of the lease for short leases) before
 its lease could expire unrenewed."""
@@ -51,6 +53,10 @@ class WorkerOptions:
     task_queues: Sequence[str]
     slots: int = 4
     heartbeat_seconds: float = 5.0
+    queue_depth: int = 16
+    """Runs a slot holds at most: the one whose body runs and those queued behind it, so
+    a slot goes from one short body to the next without a round trip through this
+    process (docs/decisions/0005). 1 hands a slot one run at a time."""
 
 
 def declared_definitions(app: App) -> list[DeclaredDefinition]:
@@ -92,15 +98,27 @@ class LocalWorker:
         lease = services.policy.lease_seconds
         self._lease_margin = min(_MAX_FENCE_MARGIN_SECONDS, lease / 10)
         self._outcome_ready = threading.Event()
+        self._recorded = threading.Event()
+        """Set when the recorder has recorded outcomes: held runs went down."""
         self._stop_recording = threading.Event()
         self._stop_watching = threading.Event()
         self._lock = threading.Lock()
         self._thread: threading.Thread | None = None
         self._recorder: threading.Thread | None = None
         self._watchdog: threading.Thread | None = None
+        self._returned: list[ClaimedRun] = []
+        """Runs a slot took back before their body began: given back uncharged."""
         self._pool = SlotPool(
-            options.app_ref, options.slots, on_started=self._started, on_finished=self._finished
+            options.app_ref,
+            options.slots,
+            on_started=self._started,
+            on_finished=self._finished,
+            queue_depth=options.queue_depth,
+            on_returned=self._taken_back,
         )
+        self._claim_batch = max(1, self._pool.capacity // 4)
+        """The least a claim asks for while every slot still has work: claims stay few
+        and large under load, and an idle slot is filled at once."""
         self._loaded = [(d.name, d.version) for d in app.definitions]
 
     def start(self) -> None:
@@ -138,6 +156,7 @@ class LocalWorker:
         if self._thread is not None:
             self._thread.join(timeout=grace_seconds + 5)
         self._pool.close(grace_seconds)
+        self._give_back_returned()
         # The watchdog outlives the control loop: bodies finishing within the grace
         # period are no longer renewed, and must still stop before their leases end.
         self._stop_watching.set()
@@ -170,16 +189,25 @@ class LocalWorker:
                 elif now >= next_flags and self._running_ids():
                     self._apply_flags(execution.run_flags(self._services, self._running_ids()))
                     next_flags = now + _FLAG_CHECK_SECONDS
-                claimed = self._claim()
+                self._give_back_returned()
+                wanted, claimed = self._claim()
             except Unavailable as exc:
                 log.warning("event=worker_store_unavailable worker=%s error=%s", self.id, exc)
-                claimed = 0
+                wanted, claimed = 1, 0
             except Exception:
                 log.exception("event=worker_loop_error worker=%s", self.id)
-                claimed = 0
-            if claimed == 0 or self._pool.free_slots() == 0:
+                wanted, claimed = 1, 0
+            if claimed < 0:
+                self._recorded.wait(_FLAG_CHECK_SECONDS)  # until the recorder catches up
+            elif claimed < wanted:
+                # Nothing (more) to claim now, or it failed: until runs arrive (the
+                # doorbell) or the next flag check.
                 wait = _FLAG_CHECK_SECONDS if self._running_ids() else _IDLE_POLL_SECONDS
                 self._doorbell.wait(wait)
+            elif not self._pool.wait_for_capacity(self._claim_batch, _FLAG_CHECK_SECONDS):
+                # More may be pending: claimed again as soon as there is room for a batch
+                # (above); without room by the next flag check, or a closed pool, here.
+                self._doorbell.wait(_FLAG_CHECK_SECONDS / 10)
 
     def _running_ids(self) -> list[str]:
         with self._lock:
@@ -202,10 +230,21 @@ class LocalWorker:
                 # claimed again: either way no body of this claim may run on.
                 self._fence(claim, "lease_not_renewed")
 
-    def _claim(self) -> int:
-        free = self._pool.free_slots()
-        if free <= 0:
-            return 0
+    def _claim(self) -> tuple[int, int]:
+        """Claim as many runs as the slots have room for, in one statement; returns
+        (asked for, claimed). Asks for nothing while the room is less than a batch and
+        every slot still has work; claimed is -1 while too many outcomes await recording."""
+        free = self._pool.free_capacity()
+        self._recorded.clear()  # before counting: a recording from now on ends the wait
+        with self._lock:
+            # Runs whose outcome is not recorded yet are still held (and renewed): the
+            # recorder falling behind slows claims down instead of piling runs up.
+            unheld = _MAX_HELD_PER_CAPACITY * self._pool.capacity - len(self._running)
+        if unheld < self._claim_batch:
+            return 0, -1
+        free = min(free, unheld)
+        if free <= 0 or (free < self._claim_batch and self._pool.free_slots() == 0):
+            return 0, 0
         began = time.monotonic()
         work = execution.claim_runs(
             self._services, self.id, self._options.task_queues, self._loaded, free
@@ -228,7 +267,7 @@ class LocalWorker:
                 continue
         if not_handed:
             self._give_back(not_handed)
-        return len(work)
+        return free, len(work)
 
     def _hand_over(self, item: execution.ClaimedWork, not_handed: list[ClaimedRun]) -> bool:
         """Submit one claimed run to a slot; a failure concerns that run alone."""
@@ -266,6 +305,28 @@ class LocalWorker:
             )
             self._finished(Outcome(run.id, "failed", None, error, run.attempt))
         return False
+
+    def _taken_back(self, assignments: list[Assignment]) -> None:
+        """Called by the pool: these runs' bodies never began (queued behind a slow body,
+        or beside one that was killed); the control loop gives them back."""
+        with self._lock:
+            for assignment in assignments:
+                run = self._running.get(assignment.run_id)
+                if run is not None and run.attempt == assignment.attempt:
+                    self._returned.append(run)
+        log.debug("event=runs_taken_back worker=%s runs=%d", self.id, len(assignments))
+        self._doorbell.ring()
+
+    def _give_back_returned(self) -> None:
+        with self._lock:
+            returned, self._returned = self._returned, []
+            for run in returned:
+                current = self._running.get(run.id)
+                if current is not None and current.claim == run.claim:
+                    del self._running[run.id]
+                    self._renew_by.pop(run.id, None)
+        if returned:
+            self._give_back(returned)
 
     def _give_back(self, runs: list[ClaimedRun]) -> None:
         try:
@@ -385,8 +446,9 @@ class LocalWorker:
             return
         except Exception:
             log.exception("event=run_starts_refused runs=%d", len(starts))
+        recorded = {id(start) for start in starts}  # by identity: a batch holds thousands
         with self._lock:
-            self._starts = [s for s in self._starts if s not in starts]
+            self._starts = [s for s in self._starts if id(s) not in recorded]
 
     def _record(self, batch: list[tuple[ClaimedRun, Outcome]]) -> bool:
         """Record a batch in one transaction; False (all kept) when the store is down."""
@@ -443,6 +505,7 @@ class LocalWorker:
 
     def _forget(self, batch: list[tuple[ClaimedRun, Outcome]]) -> None:
         done = {run.claim for run, _ in batch}
+        self._recorded.set()
         with self._lock:
             self._outcomes = [item for item in self._outcomes if item[0].claim not in done]
             for claim in done:
