@@ -93,3 +93,11 @@ def spawner(payload: dict[str, Any], ctx: RunContext) -> None:
     helper = subprocess.Popen(["sleep", "600"])
     Path(payload["pid_file"]).write_text(str(helper.pid))
     helper.wait()
+
+
+@app.workflow("note", "1")
+def note(payload: dict[str, Any]) -> str:
+    """Appends its name to a file when its body begins: proves which bodies ran."""
+    with open(payload["file"], "a") as handle:
+        handle.write(payload["name"] + "\n")
+    return str(payload["name"])

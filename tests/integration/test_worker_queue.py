@@ -1,0 +1,74 @@
+"""The local worker with queued slots (docs/decisions/0005), on both stores: runs queued
+behind a body that hangs and is then terminated go back uncharged and each run once;
+a worker claims many runs in one claim and records them in batches."""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from punctual import bootstrap
+from punctual.adapters.engines.local.worker import LocalWorker
+from punctual.domain.runs import RunState
+from punctual.usecases import execution
+from tests.integration.test_worker_faults import (
+    APP_REF,
+    TENANT,
+    get_run,
+    insert_run,
+    lines,
+    start_worker,
+    system,
+    wait_finished,
+    wait_until,
+)
+
+__all__ = ["system"]  # the fixture, shared with the worker fault tests
+
+
+def test_runs_queued_behind_a_terminated_body_each_run_once_uncharged(
+    system: bootstrap.Punctual, tmp_path: Path
+) -> None:
+    hung = insert_run(system, "hang", {})
+    files = [tmp_path / f"{i}.txt" for i in range(5)]
+    counted = [insert_run(system, "counted", {"file": str(file)}) for file in files]
+    worker = system.start_worker(APP_REF, slots=1)
+    assert isinstance(worker, LocalWorker)
+    wait_until(lambda: hung in worker.executing(), what="the hung body runs")
+    wait_until(lambda: get_run(system, hung).started_at is not None, what="its start recorded")
+    with system.store.transaction() as tx:
+        tx.runs.terminate(TENANT, hung, system.services.clock.now(), "terminated by a test")
+    assert wait_finished(system, hung).state is RunState.TERMINATED
+    for i, run_id in enumerate(counted):
+        run = wait_finished(system, run_id)
+        assert (run.state, run.attempts) == (RunState.COMPLETED, 1), run
+        assert lines(files[i]) == 1, "each body ran once"
+
+
+def test_a_burst_is_claimed_many_runs_a_claim_and_each_run_once(
+    system: bootstrap.Punctual, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    runs = [insert_run(system, "echo", {"message": f"m{i}"}) for i in range(200)]
+    claimed: list[int] = []
+    real_claim = execution.claim_runs
+
+    def counting(*args: Any) -> list[execution.ClaimedWork]:
+        work = real_claim(*args)
+        if work:
+            claimed.append(len(work))
+        return work
+
+    monkeypatch.setattr(execution, "claim_runs", counting)
+    start_worker(system)  # two slots
+    for i, run_id in enumerate(runs):
+        run = wait_finished(system, run_id)
+        assert (run.state, run.result, run.attempts) == (
+            RunState.COMPLETED,
+            {"message": f"m{i}"},
+            1,
+        )
+        assert run.claimed_at is not None and run.started_at is not None
+    assert sum(claimed) == 200
+    assert max(claimed) > 2, f"a claim takes more runs than there are slots: {claimed}"
