@@ -130,7 +130,7 @@ def alive(pid: int) -> bool:
     """Whether ``pid`` runs (a zombie nobody reaped yet counts as gone)."""
     try:
         stat = Path(f"/proc/{pid}/stat").read_text()
-    except FileNotFoundError:
+    except (FileNotFoundError, ProcessLookupError):  # gone, or exiting as we read
         return False
     return stat.rpartition(")")[2].split()[0] not in ("Z", "X")
 
