@@ -25,7 +25,6 @@ import tempfile
 import time
 from collections.abc import Callable
 from dataclasses import dataclass
-from datetime import timedelta
 from pathlib import Path
 from typing import Any
 
@@ -130,7 +129,7 @@ def claim_statement(system: Any, page_size: int) -> list[Statement]:
         try:
             with services.store.transaction() as tx:
                 now = services.clock.now()
-                tx.starts.claim_due(now, page_size, "bench-explain", now + timedelta(seconds=30))
+                tx.starts.claim_due(now, page_size, "bench-explain", 30.0)
                 raise _Rollback
         except _Rollback:
             pass
@@ -151,7 +150,7 @@ def idle_pass_statements(system: Any, page_size: int) -> list[Statement]:
 
     def earliest() -> None:
         with services.store.transaction(readonly=True) as tx:
-            tx.starts.earliest_due()
+            tx.starts.earliest_due(services.clock.now())
 
     return [
         *capture(system, "runner pass", runner.run_once),

@@ -119,8 +119,10 @@ class Observer:
         return next((t for t, n in self.samples if n >= self.expected), None)
 
 
-def create_starts(system: Any, tag: str, due: datetime, count: int, spread: float) -> None:
-    """Insert the starts through the store port, 500 per transaction.
+def create_starts(
+    system: Any, tag: str, due: datetime, count: int, spread: float, workflow: str = "echo"
+) -> None:
+    """Insert the starts of ``workflow`` through the store port, 500 per transaction.
 
     This is what the ``starts.create`` use case writes, without its admission checks:
     those include a count of the tenant's pending starts per create, which makes
@@ -141,7 +143,7 @@ def create_starts(system: Any, tag: str, due: datetime, count: int, spread: floa
                 start = NewStart(
                     id=new_id("st"),
                     tenant=TENANT,
-                    workflow="echo",
+                    workflow=workflow,
                     business_request_id=tag,
                     start_at=due + timedelta(seconds=spread * i / count),
                     time_zone=None,
@@ -260,18 +262,20 @@ def one_run(
     )
 
 
-def start_punctual(target: Target, topology: str, slots: int, log_dir: Path) -> list[Proc]:
+def start_punctual(
+    target: Target, topology: str, slots: int, log_dir: Path, app: str = DEMO_APP
+) -> list[Proc]:
     env = {"PUNCTUAL_WORKER__SLOTS": str(slots)}
     port = free_port()
     procs: list[Proc] = []
     try:
         if topology == "single":
-            argv = serve_argv(target, "api,runner,worker", port)
+            argv = [*serve_argv(target, "api,runner,worker", port), "--app", app]
             procs.append(spawn("serve", argv, target, log_dir, **env))
         elif topology == "split":
             argv = serve_argv(target, "api,runner", port)
             procs.append(spawn("serve", argv, target, log_dir, **env))
-            argv = [str(PUNCTUAL), "worker", "--app", DEMO_APP, "--database-url", target.url]
+            argv = [str(PUNCTUAL), "worker", "--app", app, "--database-url", target.url]
             argv += ["--slots", str(slots)]
             procs.append(spawn("worker", argv, target, log_dir, **env))
         else:

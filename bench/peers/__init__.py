@@ -1,0 +1,1 @@
+"""Side-by-side benchmarks against other Python schedulers and queues (see bench/README.md)."""
