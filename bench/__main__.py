@@ -20,6 +20,7 @@ BENCHMARKS = [
     ("dispatch_lag", "due -> dispatched and due -> run started, bursts of 500/2,000 and a spread"),
     ("dispatch_throughput", "dispatches/s from a 100,000 backlog, 1 and 2 runner processes"),
     ("claim_scale", "EXPLAIN of the claim at 1,000,000 pending starts, runner RSS for 60 s"),
+    ("worker_throughput", "trivial runs/s executed by one worker process, default slots"),
 ]
 
 

@@ -46,6 +46,7 @@ from bench.common import (
     build_system,
     database_of,
     fresh_target,
+    measured_source,
     print_machine,
     print_table,
     spawn,
@@ -193,9 +194,10 @@ def main() -> None:
         f"   {args.runs} runs per round, {args.repeat} rounds per variant, slots: "
         f"{args.slots or 'default'}"
     )
-    variants = [Variant("this tree", None)]
+    variants = [Variant("measured", None)]
     if args.compare:
-        variants.insert(0, Variant(f"compare ({args.compare})", args.compare))
+        variants.insert(0, Variant("compare", args.compare))
+        print(f"   compare = the punctual in {args.compare}; measured = {measured_source()}")
     results: dict[str, list[Measured]] = {v.name: [] for v in variants}
     with contextlib.ExitStack() as stack:
         logs = Path(stack.enter_context(tempfile.TemporaryDirectory(prefix="punctual-bench-")))
@@ -234,7 +236,7 @@ def main() -> None:
     if len(variants) == 2:
         before = Spread.of([m.runs_per_second for m in results[variants[0].name]]).median
         after = Spread.of([m.runs_per_second for m in results[variants[1].name]]).median
-        print(f"   ratio this tree / compare: {after / before:.2f}")
+        print(f"   ratio measured / compare: {after / before:.2f}")
 
 
 if __name__ == "__main__":
