@@ -290,22 +290,51 @@ def _claim(system: bootstrap.Punctual, now: datetime, lease_seconds: float = 30)
         assert tx.runs.claim_pending("wrk-a", ["standard"], [("echo", "1")], 1, lease_seconds, now)
 
 
+def _claimed_ago(system: bootstrap.Punctual, run_id: str, seconds: float) -> None:
+    """Move a claim ``seconds`` into the past, on the store's own clock."""
+    with system.store.engine.begin() as conn:
+        conn.execute(
+            sa.update(t.runs)
+            .where(t.runs.c.id == run_id)
+            .values(claimed_at=datetime.now(UTC) - timedelta(seconds=seconds))
+        )
+
+
 def test_the_reaper_ends_runs_past_their_execution_timeout_whoever_renews_them(
     system: bootstrap.Punctual,
 ) -> None:
     run_id = insert_run(system, "echo", {"message": "x"}, timeout_seconds=60)
-    claimed_at = system.services.clock.now()
-    _claim(system, claimed_at)
+    _claim(system, datetime.now(UTC))
     with system.store.transaction() as tx:
         claim = RunClaim(run_id, "wrk-a/1")
-        assert tx.runs.renew_leases([claim], 3600, claimed_at) == {run_id}
-        assert tx.runs.time_out_running(claimed_at + timedelta(seconds=89), 30) == 0
-    assert get_run(system, run_id).state is RunState.RUNNING
+        assert tx.runs.renew_leases([claim], 3600, datetime.now(UTC)) == {run_id}
+    _claimed_ago(system, run_id, 89)
     with system.store.transaction() as tx:
-        assert tx.runs.time_out_running(claimed_at + timedelta(seconds=91), 30) == 1
+        assert tx.runs.time_out_running(datetime.now(UTC), 30) == 0
+    assert get_run(system, run_id).state is RunState.RUNNING
+    _claimed_ago(system, run_id, 91)
+    with system.store.transaction() as tx:
+        assert tx.runs.time_out_running(datetime.now(UTC), 30) == 1
     run = get_run(system, run_id)
     assert run.state is RunState.TIMED_OUT
     assert run.error is not None and run.error["code"] == "timed_out"
+
+
+@pytest.mark.postgres
+def test_a_reaper_whose_clock_runs_ahead_ends_nothing_early_on_postgresql(
+    pg_url: str, tmp_path: Path
+) -> None:
+    """The backstop counts on the database's clock: a reaper host ten minutes ahead, and a
+    worker host ten minutes behind, leave a run claimed a second ago alone."""
+    built = bootstrap.build(make_settings(pg_url, tmp_path))
+    try:
+        run_id = insert_run(built, "echo", {"message": "x"}, timeout_seconds=60)
+        _claim(built, datetime.now(UTC) - timedelta(minutes=10))
+        with built.store.transaction() as tx:
+            assert tx.runs.time_out_running(datetime.now(UTC) + timedelta(minutes=10), 30) == 0
+        assert get_run(built, run_id).state is RunState.RUNNING
+    finally:
+        built.close()
 
 
 def test_leases_are_timed_by_the_database_clock_on_postgresql(

@@ -329,9 +329,10 @@ class Runs(Protocol):
     ) -> list[ClaimedRun]:
         """Claim runs the worker can execute (with ``key_ids``: only runs whose input key
         is among them), by priority then age; each claim is a new attempt under the claim
-        token ``<worker id>/<attempt>``, ``claimed_at`` = ``now`` and no ``started_at``
-        yet. The lease ends ``lease_seconds`` after the store's clock (the database's on
-        PostgreSQL, FT-2). Concurrent workers must never get the same run."""
+        token ``<worker id>/<attempt>``, ``claimed_at`` = the store's clock and no
+        ``started_at`` yet. The lease ends ``lease_seconds`` after the store's clock (the
+        database's on PostgreSQL, ``now`` on SQLite; FT-2). Concurrent workers must never
+        get the same run."""
 
     def renew_leases(
         self, claims: Sequence[RunClaim], lease_seconds: float, now: datetime

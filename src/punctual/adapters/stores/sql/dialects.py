@@ -407,11 +407,10 @@ def passed(
     seconds: sa.ColumnElement[float],
     now: datetime,
 ) -> sa.ColumnElement[bool]:
-    """``since`` + ``seconds`` (a per-row amount) lies before ``now``."""
+    """``since`` + ``seconds`` (a per-row amount) lies before ``store_now``: the database's
+    clock on PostgreSQL (FT-2), ``now`` on SQLite."""
     if conn.dialect.name == "postgresql":
-        return since + sa.func.make_interval(0, 0, 0, 0, 0, 0, seconds) < sa.literal(
-            now, type_=since.type
-        )
+        return since + sa.func.make_interval(0, 0, 0, 0, 0, 0, seconds) < sa.func.now()
     day = 86400.0
     return sa.func.julianday(since) + seconds / day < sa.func.julianday(
         sa.literal(now, type_=since.type)

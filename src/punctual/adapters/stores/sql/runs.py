@@ -173,7 +173,8 @@ class SqlRuns:
     ) -> list[ClaimedRun]:
         """Claim pending runs this worker can execute, by priority then age; a new attempt
         each, under the claim token ``<worker id>/<attempt>``. The lease is timed by the
-        database's clock on PostgreSQL; ``now`` is the claim's ``claimed_at``."""
+        database's clock on PostgreSQL, and so is its ``claimed_at`` (the reaper's backstop
+        counts from it); SQLite takes ``now``."""
         if not loaded or limit <= 0 or not task_queues:
             return []
         claimed = self._conn.execute(
@@ -189,7 +190,7 @@ class SqlRuns:
                 + sa.cast(_r.attempts + 1, sa.String),
                 lease_until=lease_expiry(self._conn, lease_seconds, now),
                 attempts=_r.attempts + 1,
-                claimed_at=now,
+                claimed_at=store_now(self._conn, now),
                 started_at=None,
             )
             .returning(
@@ -440,7 +441,8 @@ class SqlRuns:
         """Backstop of WF-7: running runs claimed more than their execution timeout plus
         ``grace_seconds`` ago end ``timed_out``, whoever still renews their lease (a lost
         hand-off, a worker that stopped enforcing). Their worker sees the state in its
-        flags and stops the body."""
+        flags and stops the body. On PostgreSQL "now" is the database's clock, as for the
+        claim's ``claimed_at``, so a reaper host whose clock runs ahead ends nothing early."""
         overdue = passed(
             self._conn, _r.claimed_at, _r.timeout_seconds + sa.literal(grace_seconds), now
         )
