@@ -219,8 +219,9 @@ class MutationRunner:
                 fresh.append(index)
             else:  # in flight in a request that committed its claim (``run``)
                 waiting.append(index)
-        # Leave the rest of the requests time to be decided within the bounded wait.
-        if waiting and time.monotonic() < deadline - min(0.5, self._wait / 4):
+        # Wait for keys in flight elsewhere for half the bounded wait at most: the other
+        # half is the rest of the batch's, to be decided (a loaded store can take a while).
+        if waiting and time.monotonic() < deadline - self._wait / 2:
             raise _WaitForKeys  # roll back and look again
         for index in waiting:
             results[index] = ItemResult(202, IN_PROGRESS_BODY)
