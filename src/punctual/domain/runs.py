@@ -57,6 +57,8 @@ class Run:
     priority: int
     claimed_at: datetime | None = None
     """When a worker took the current attempt (``None`` on engines without claims)."""
+    traceparent: str | None = None
+    """The W3C trace context its start carried (OS-1), propagated to the run."""
 
     @property
     def finished(self) -> bool:

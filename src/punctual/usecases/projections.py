@@ -71,6 +71,7 @@ def run_view(run: Run) -> dict[str, Any]:
         "attempts": run.attempts,
         "result": run.result,
         "error": run.error,
+        "traceparent": run.traceparent,
         "cancel_requested": run.cancel_requested,
         "created_at": ts(run.created_at),
         "claimed_at": ts(run.claimed_at),

@@ -85,6 +85,7 @@ def run_from_row(row: RowMapping) -> Run:
         task_queue=row["task_queue"],
         priority=row["priority"],
         claimed_at=row["claimed_at"],
+        traceparent=row["traceparent"],
     )
 
 
