@@ -148,11 +148,11 @@ def run_id_of(h: Harness, start_id: str) -> str:
     return start.run_id
 
 
-def sync_until(h: Harness, done: object, timeout: float = 15) -> None:
+def sync_until(h: Harness, done: Callable[[], object], timeout: float = 15) -> None:
     """Sync passes (as the runner's loop makes them) until ``done()`` holds."""
     assert isinstance(h.engine, TemporalEngine)
     deadline = time.monotonic() + timeout
-    while not done():  # type: ignore[operator]
+    while not done():
         assert time.monotonic() < deadline, "the sync never got there"
         sync_runs(h.services, h.engine)
         time.sleep(0.2)

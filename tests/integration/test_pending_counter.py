@@ -210,7 +210,7 @@ def test_the_migration_counts_what_was_pending_before(database_url: str, tmp_pat
 def test_counter_rows_are_per_tenant(world: tuple[bootstrap.Punctual, Api]) -> None:
     system, api = world
     create(api)
-    other = member_api(system, api.client, tenant="other")  # type: ignore[arg-type]
+    other = member_api(system, api.client, tenant="other")
     assert isinstance(other.client, TestClient)
     other.post("/scheduled-starts", echo_start())
     assert_exact(system, 1)

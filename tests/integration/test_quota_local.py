@@ -17,7 +17,7 @@ from __future__ import annotations
 import secrets
 import threading
 import time
-from collections.abc import Callable, Iterator
+from collections.abc import Callable, Iterator, Mapping, Sequence
 from concurrent.futures import Future, ThreadPoolExecutor
 from datetime import UTC, datetime, timedelta
 from pathlib import Path
@@ -443,16 +443,19 @@ class _PausingQuota:
         self._inner = inner
         self._after_count = after_count
 
-    def admit_start(
+    def admit_starts(
         self,
         tx: Tx,
         tenant: str,
-        workload_class: str,
+        workload_classes: Sequence[str],
         max_pending: int,
-        max_pending_for_class: int | None,
-    ) -> None:
-        self._inner.admit_start(tx, tenant, workload_class, max_pending, max_pending_for_class)
+        max_pending_by_class: Mapping[str, int],
+    ) -> list[PunctualError | None]:
+        answers = self._inner.admit_starts(
+            tx, tenant, workload_classes, max_pending, max_pending_by_class
+        )
         self._after_count()
+        return answers
 
 
 def _postgres_quota() -> PostgresQuota:

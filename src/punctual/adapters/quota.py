@@ -46,13 +46,6 @@ def _over_class(tenant: str, workload_class: str, count: int, limit: int) -> Quo
     )
 
 
-def _check(tx: Tx, tenant: str, workload_class: str, limit: int, class_limit: int | None) -> None:
-    by_class = {} if class_limit is None else {workload_class: class_limit}
-    [refusal] = _decide(tx, tenant, [workload_class], limit, by_class)
-    if refusal is not None:
-        raise refusal
-
-
 def _decide(
     tx: Tx,
     tenant: str,
@@ -90,19 +83,6 @@ class LocalQuota:
         self._after_count = after_count
         """A seam for tests to show why this is best-effort (runs between count and insert)."""
 
-    def admit_start(
-        self,
-        tx: Tx,
-        tenant: str,
-        workload_class: str,
-        max_pending: int,
-        max_pending_for_class: int | None,
-    ) -> None:
-        with self._lock:
-            _check(tx, tenant, workload_class, max_pending, max_pending_for_class)
-        if self._after_count is not None:
-            self._after_count()
-
     def admit_starts(
         self,
         tx: Tx,
@@ -127,17 +107,6 @@ class PostgresQuota:
     def __init__(self, connection_of: Callable[[Tx], sa.Connection]) -> None:
         self._connection_of = connection_of
 
-    def admit_start(
-        self,
-        tx: Tx,
-        tenant: str,
-        workload_class: str,
-        max_pending: int,
-        max_pending_for_class: int | None,
-    ) -> None:
-        self._lock(tx, tenant)
-        _check(tx, tenant, workload_class, max_pending, max_pending_for_class)
-
     def admit_starts(
         self,
         tx: Tx,
@@ -158,20 +127,6 @@ class PostgresQuota:
 class NoQuota:
     exact = False
 
-    def admit_start(
-        self,
-        tx: Tx,
-        tenant: str,
-        workload_class: str,
-        max_pending: int,
-        max_pending_for_class: int | None,
-    ) -> None:
-        raise Unavailable(
-            "no quota controller is configured, so no start can be admitted; the host sets "
-            "quota.controller (see docs/configuration.md)",
-            code="quota_unavailable",
-        )
-
     def admit_starts(
         self,
         tx: Tx,
@@ -180,8 +135,9 @@ class NoQuota:
         max_pending: int,
         max_pending_by_class: Mapping[str, int],
     ) -> list[PunctualError | None]:
-        try:
-            self.admit_start(tx, tenant, "", max_pending, None)
-        except Unavailable as refusal:
-            return [refusal for _ in workload_classes]
-        raise AssertionError("NoQuota admits nothing")  # pragma: no cover
+        refusal = Unavailable(
+            "no quota controller is configured, so no start can be admitted; the host sets "
+            "quota.controller (see docs/configuration.md)",
+            code="quota_unavailable",
+        )
+        return [refusal for _ in workload_classes]

@@ -13,22 +13,6 @@ class QuotaController(Protocol):
     exact: bool
     """True only when the decision is exact across every API process."""
 
-    def admit_start(
-        self,
-        tx: Tx,
-        tenant: str,
-        workload_class: str,
-        max_pending: int,
-        max_pending_for_class: int | None,
-    ) -> None:
-        """Decide inside the transaction that will insert the start, before the insert.
-
-        Raises ``QuotaExceeded`` (details: ``limit``, ``count``, ``scope``) when the tenant,
-        or the tenant and class, already has its limit of pending starts; raises
-        ``Unavailable`` with code ``quota_unavailable`` when no decision can be made.
-        Nothing has been written when it raises.
-        """
-
     def admit_starts(
         self,
         tx: Tx,
@@ -37,11 +21,13 @@ class QuotaController(Protocol):
         max_pending: int,
         max_pending_by_class: Mapping[str, int],
     ) -> list[PunctualError | None]:
-        """One decision for several new starts of one tenant (a batch create, OS-11), taken
-        inside the transaction that inserts the admitted ones, before the insert.
+        """One decision for the new starts of one tenant (a single create is a list of one;
+        a batch create, OS-11, up to 500), taken inside the transaction that inserts the
+        admitted ones, before the insert. Nothing is written.
 
-        The starts are admitted in the order given, each exactly as ``admit_start`` would
-        admit it after the ones before it had been inserted: the answer per start is
-        ``None`` (admitted) or the error ``admit_start`` would have raised for it. Nothing
-        is written.
+        The starts are admitted in the order given, each counting the ones admitted before
+        it as pending: the answer per start is ``None`` (admitted) or ``QuotaExceeded``
+        (details: ``limit``, ``count``, ``scope``) when the tenant, or the tenant and class,
+        already has its limit of pending starts, or ``Unavailable`` with code
+        ``quota_unavailable`` when no decision can be made.
         """

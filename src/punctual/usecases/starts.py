@@ -75,19 +75,15 @@ class ListStarts:
 
 
 def create(services: Services, principal: Principal, cmd: CreateStart) -> Mutation:
+    """One create as a ``Mutation`` (the Python API, the CLI): decided by ``create_many``,
+    so a single create and a batch item cannot drift apart."""
+    decide = create_many(services, principal, [cmd])
+
     def mutation(tx: Tx, now: datetime) -> Outcome:
-        _validate(services, tx, principal, cmd, now, {})
-        limits = services.policy.tenant_policy(principal.tenant)
-        services.quota.admit_start(
-            tx,
-            principal.tenant,
-            cmd.workload_class,
-            limits.max_pending_starts,
-            limits.max_pending_by_class.get(cmd.workload_class),
-        )
-        [start] = tx.starts.insert_many([_new_start(services, principal, cmd)], now)
-        _wake_if_due_soon(services, tx, cmd.start_at, now)
-        return Outcome(201, start_view(start), resource_id=start.id)
+        answer = decide(tx, now, [0])[0]
+        if isinstance(answer, PunctualError):
+            raise answer
+        return answer
 
     return mutation
 
@@ -143,11 +139,8 @@ def create_many(
         inserted = tx.starts.insert_many([n for _, n in new], now)
         for (index, _), start in zip(new, inserted, strict=True):
             decided[index] = Outcome(201, start_view(start), resource_id=start.id)
-        if any(
-            (n.start_at - now).total_seconds() < services.policy.wake_horizon_seconds
-            for _, n in new
-        ):
-            tx.starts.notify_due()
+        if new:
+            _wake_if_due_soon(services, tx, min(n.start_at for _, n in new), now)
         return decided
 
     return mutation
