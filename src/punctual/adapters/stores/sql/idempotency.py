@@ -9,7 +9,7 @@ from typing import Any
 import sqlalchemy as sa
 
 from punctual.adapters.stores.sql import tables as t
-from punctual.adapters.stores.sql.dialects import insert_ignore, insert_returning, update_rows
+from punctual.adapters.stores.sql.dialects import insert_returning, update_rows
 from punctual.ports.records import IdempotencyRecord, KeyOutcome
 
 _k = t.idempotency_keys.c
@@ -49,19 +49,8 @@ class SqlIdempotency:
         now: datetime,
     ) -> bool:
         """Record the key as in flight for ``owner``; False if the key already has a row."""
-        row = {
-            "tenant": tenant,
-            "principal": principal,
-            "key": key,
-            "fingerprint": fingerprint,
-            "state": "in_flight",
-            "owner": owner,
-            "lease_until": lease_until,
-            "created_at": now,
-        }
-        return (
-            insert_ignore(self._conn, t.idempotency_keys, [row], ["tenant", "principal", "key"]) > 0
-        )
+        claimed = self.claim_many(tenant, principal, [(key, fingerprint)], owner, lease_until, now)
+        return key in claimed
 
     def take_over(
         self,
