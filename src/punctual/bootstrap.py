@@ -93,6 +93,7 @@ def host_policy(settings: Settings) -> HostPolicy:
         pending_timeout_seconds=settings.worker.pending_timeout_seconds,
         max_execution_timeout_seconds=settings.worker.max_execution_timeout_seconds,
         wake_horizon_seconds=settings.runner.max_idle_seconds,
+        follow_through_deadline_seconds=settings.schedules.follow_through_deadline_seconds,
     )
 
 

@@ -6,6 +6,7 @@ startup, and an error names the key. Only the composition root reads settings.
 
 from __future__ import annotations
 
+import ipaddress
 import tomllib
 from pathlib import Path
 from typing import Any, Literal
@@ -94,6 +95,30 @@ class TemporalSettings(_Section):
     namespace: str = "default"
 
 
+class ScheduleSettings(_Section):
+    follow_through_deadline_seconds: float = Field(default=14_400, gt=0)
+    """How long follow-through waits for an occurrence's run to end (SPEC CR-5)."""
+
+
+class WebhookSettings(_Section):
+    allowed_cidrs: list[str] | None = None
+    """Private ranges deliveries may reach; None means the profile's default (the local
+    profile allows loopback and private ranges, production none)."""
+
+    @field_validator("allowed_cidrs")
+    @classmethod
+    def _valid_networks(cls, value: list[str] | None) -> list[str] | None:
+        for cidr in value or []:
+            try:
+                ipaddress.ip_network(cidr, strict=False)
+            except ValueError:
+                raise ValueError(
+                    "webhooks.allowed_cidrs holds an entry that is not an IP network "
+                    "(write it like 10.0.0.0/8 or fd00::/8)"
+                ) from None
+        return value
+
+
 class RetentionSettings(_Section):
     days: float = Field(default=30, gt=0)
 
@@ -121,6 +146,8 @@ class Settings(BaseSettings):
     codec: CodecSettings = Field(default_factory=CodecSettings)
     temporal: TemporalSettings = Field(default_factory=TemporalSettings)
     retention: RetentionSettings = Field(default_factory=RetentionSettings)
+    schedules: ScheduleSettings = Field(default_factory=ScheduleSettings)
+    webhooks: WebhookSettings = Field(default_factory=WebhookSettings)
 
     @field_validator("workload_classes", mode="before")
     @classmethod

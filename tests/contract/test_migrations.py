@@ -28,6 +28,7 @@ from punctual.adapters.stores.sql import migrate
 from punctual.adapters.stores.sql.store import SqlStore
 from punctual.adapters.stores.sql.tables import metadata
 from punctual.errors import ConfigurationError
+from punctual.ports.records import EndedStatus
 from tests.conftest import IN_CI, PG_SERVER, _pg_reachable
 
 NEXT_REVISION = '''"""a later release's migration (test only)"""
@@ -140,7 +141,16 @@ def test_upgrade_head_builds_the_same_indexes_as_the_metadata(
             expected = _index_definitions(reference)
         finally:
             reference.dispose()
-    partial = {"ix_starts_due", "ix_runs_pending", "ix_runs_active", "uq_definitions_active_name"}
+    partial = {
+        "ix_starts_due",
+        "ix_runs_pending",
+        "ix_runs_active",
+        "uq_definitions_active_name",
+        "ix_runs_follow_up_ended",
+        "ix_runs_follow_up_overdue",
+        "ix_notifications_unread",
+        "ix_webhook_deliveries_due",
+    }
     assert partial <= set(expected)
     assert _index_definitions(empty_store) == expected
 
@@ -511,3 +521,136 @@ def test_0006_scrubs_stored_validation_messages_that_could_quote_input(
     }
     assert message.startswith("start or occurrence st_rejected failed")
     assert recorded["error"]["code"] == "input_invalid"
+
+
+def _migrate_to(store: SqlStore, revision: str) -> None:
+    with store.engine.begin() as conn:
+        conn.info["readonly"] = False
+        command.upgrade(migrate._config(conn), revision)
+
+
+def _schema(store: SqlStore) -> dict[str, Any]:
+    """Every table's columns (type, nullability, default) and every index's own DDL."""
+    inspector = sa.inspect(store.engine)
+    tables = {
+        name: [
+            (c["name"], str(c["type"]), c["nullable"], str(c.get("default")))
+            for c in inspector.get_columns(name)
+        ]
+        for name in inspector.get_table_names()
+        if name != "alembic_version"
+    }
+    return {"tables": tables, "indexes": _index_definitions(store)}
+
+
+def test_0009_downgrade_restores_the_0008_schema(
+    empty_store: SqlStore, database_kind: str, tmp_path: Path
+) -> None:
+    with _fresh_database(database_kind, tmp_path) as url:
+        reference = SqlStore(url)
+        try:
+            _migrate_to(reference, "0008")
+            expected = _schema(reference)
+        finally:
+            reference.dispose()
+    migrate.upgrade(empty_store)
+    with empty_store.engine.begin() as conn:
+        conn.info["readonly"] = False
+        command.downgrade(migrate._config(conn), "0008")
+
+    assert _schema(empty_store) == expected
+    migrate.upgrade(empty_store)
+    assert _differences(empty_store) == []
+
+
+def test_0009_treats_existing_runs_as_history_and_dates_the_shown_status(
+    empty_store: SqlStore, database_kind: str
+) -> None:
+    """Runs stored before 0009 are never followed through (nobody is notified about the
+    history); a schedule's shown status learns the occurrence it describes, so an older
+    run's late end cannot overwrite it after the upgrade."""
+    _migrate_to(empty_store, "0008")
+    now = datetime(2026, 12, 2, 12, 0, tzinfo=UTC)
+    earlier = datetime(2026, 12, 2, 11, 0, tzinfo=UTC)
+    stamp, earlier_stamp = (
+        (now.replace(tzinfo=None), earlier.replace(tzinfo=None))
+        if database_kind == "sqlite"
+        else (now, earlier)
+    )
+    with empty_store.engine.begin() as conn:
+        found = sa.MetaData()
+        starts = sa.Table("starts", found, autoload_with=conn)
+        runs = sa.Table("runs", found, autoload_with=conn)
+        status = sa.Table("schedule_status", found, autoload_with=conn)
+        occurrence = {
+            "tenant": "acme",
+            "workflow": "echo",
+            "workload_class": "standard",
+            "attributes": {},
+            "input": b"sealed",
+            "input_key_id": "k1",
+            "state": "dispatched",
+            "version": 2,
+            "attempts": 1,
+            "created_by": "alice",
+            "created_at": stamp,
+            "updated_at": stamp,
+            "schedule_id": "sch_1",
+        }
+        conn.execute(
+            starts.insert(),
+            [
+                dict(
+                    occurrence,
+                    id=f"occ_{n}",
+                    business_request_id=f"sch_1@{n}",
+                    start_at=when,
+                    due_at=when,
+                    occurrence_at=when,
+                    run_id=f"run_{n}",
+                )
+                for n, when in ((1, earlier_stamp), (2, stamp))
+            ],
+        )
+        run = {
+            "tenant": "acme",
+            "workflow": "echo",
+            "definition_version": "1",
+            "artifact": "a",
+            "origin_id": "occ_1",
+            "schedule_id": "sch_1",
+            "started_by": "alice",
+            "attempts": 1,
+            "input": b"sealed",
+            "input_key_id": "k1",
+            "task_queue": "standard",
+            "priority": 3,
+            "timeout_seconds": 60.0,
+            "cancel_requested": False,
+            "created_at": earlier_stamp,
+        }
+        conn.execute(
+            runs.insert(),
+            [
+                dict(run, id="run_1", state="running", origin={"id": "occ_1"}),
+                dict(run, id="run_2", state="completed", origin={"id": "occ_2"}, ended_at=stamp),
+            ],
+        )
+        conn.execute(
+            status.insert().values(
+                schedule_id="sch_1", last_fired_at=stamp, last_run_id="run_2", last_status="ok"
+            )
+        )
+
+    migrate.upgrade(empty_store)
+
+    with empty_store.transaction() as tx:
+        assert tx.follow_through.claim_ended(10) == []
+        assert tx.follow_through.claim_overdue(now, 10) == []
+        tx.runs.request_cancel("acme", "run_1", now)  # the older run ends after the upgrade
+        assert tx.follow_through.claim_ended(10) == []
+        tx.schedules.note_ended([EndedStatus("sch_1", "run_1", "canceled", earlier)])
+    with empty_store.engine.connect() as conn:
+        shown = conn.execute(sa.text("SELECT last_run_id, last_status FROM schedule_status")).one()
+    assert tuple(shown) == ("run_2", "ok")
+    assert _differences(empty_store) == []

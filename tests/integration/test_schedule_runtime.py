@@ -3,7 +3,8 @@
 The generation pass (``generation.generate``) and the dispatch pass (``dispatch_due``)
 are called directly, as the runner's loop calls them, on a system built with a
 ``FakeClock``; a live worker record makes the demo versions count as loaded, and runs
-are ended through the worker's own use cases (``claim_runs`` then ``finish_runs``).
+are ended through the worker's own use cases (``claim_runs`` then ``finish_runs``),
+followed by the runner's follow-through pass, which records ``last_status`` (CR-4).
 """
 
 from __future__ import annotations
@@ -28,6 +29,7 @@ from punctual.ports.records import CursorMove, WorkerRecord
 from punctual.usecases import execution, schedules
 from punctual.usecases.definitions import DeclaredDefinition, register_worker, set_lifecycle
 from punctual.usecases.dispatch import DispatchReport, dispatch_due
+from punctual.usecases.followthrough import follow_through
 from punctual.usecases.generation import GenerationReport, generate
 from punctual.workflows import load_app
 from tests.conftest import FakeClock, make_settings
@@ -190,12 +192,14 @@ class Rig:
             return [dict(row) for row in rows]
 
     def finish_runs(self, state: RunState = RunState.COMPLETED) -> dict[str, Any]:
-        """Claim every pending run as the live worker and end it; run id -> its input."""
+        """Claim every pending run as the live worker and end it, then follow through as
+        the runner's pass does (it writes ``last_status``, CR-4); run id -> its input."""
         loaded = [(name, version) for name, version, _ in self.loaded]
         claimed = execution.claim_runs(self.services, WORKER, ["standard"], loaded, 100)
         error = None if state is RunState.COMPLETED else {"message": "ended by the test"}
         finished = [execution.Finished(work.run, state, {}, error) for work in claimed]
         assert all(execution.finish_runs(self.services, WORKER, finished))
+        follow_through(self.services)
         return {work.run.id: work.payload for work in claimed}
 
     def edit(self, schedule_id: str, version: int, who: Scheduler, **changes: Any) -> Any:

@@ -51,6 +51,24 @@ class Metrics:
             ["reason"],
             registry=self.registry,
         )
+        self.follow_through = Counter(
+            "punctual_follow_through",
+            "Occurrences' follow-through recorded, by status (CR-4).",
+            ["status"],
+            registry=self.registry,
+        )
+        self.notifications = Counter(
+            "punctual_notifications",
+            "Notification events recorded (feeds and webhook outbox), by kind.",
+            ["kind"],
+            registry=self.registry,
+        )
+        self.webhook_deliveries = Counter(
+            "punctual_webhook_deliveries",
+            "Webhook deliveries that ended: delivered, or failed after their retries.",
+            ["outcome"],
+            registry=self.registry,
+        )
 
 
 class EventHub:
@@ -88,6 +106,12 @@ class EventHub:
             self._metrics.starts_failed.inc()
         elif event.name == "start.retried":
             self._metrics.starts_retried.inc()
+        elif event.name == "follow_through.recorded":
+            self._metrics.follow_through.labels(str(event.data.get("status"))).inc()
+        elif event.name == "notification.created":
+            self._metrics.notifications.labels(str(event.data.get("kind"))).inc()
+        elif event.name in ("webhook.delivered", "webhook.failed"):
+            self._metrics.webhook_deliveries.labels(event.name.split(".")[1]).inc()
         fields = " ".join(f"{key}={value}" for key, value in sorted(event.data.items()))
         log.info(
             "event=%s tenant=%s subject=%s %s", event.name, event.tenant, event.subject_id, fields

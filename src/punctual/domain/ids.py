@@ -8,7 +8,9 @@ from __future__ import annotations
 
 import secrets
 
-PREFIXES = frozenset({"st", "run", "sch", "occ", "tok", "fnd", "wrk", "ntf"})
+PREFIXES = frozenset(
+    {"st", "run", "sch", "occ", "tok", "fnd", "wrk", "ntf", "whk", "dlv", "evt"}
+)
 
 
 def new_id(prefix: str) -> str:

@@ -288,3 +288,181 @@ class Fired:
 
     schedule_id: str
     run_id: str
+
+
+@dataclass(frozen=True)
+class EndedRun:
+    """A run of a schedule's occurrence that awaits its follow-through (CR-4, CR-5).
+
+    ``stage`` is 0 while nothing was recorded yet, 1 once ``finalize_timed_out`` was
+    recorded and the run had not ended (its later end then only moves ``last_status``).
+    ``state`` is the run's state now: terminal for a claimed end, live for an overdue run.
+    """
+
+    run_id: str
+    tenant: str
+    schedule_id: str
+    occurrence_id: str
+    occurrence_at: datetime
+    state: str
+    result: Any
+    created_at: datetime
+    ended_at: datetime | None
+    stage: int
+
+
+@dataclass(frozen=True)
+class BaselineRun:
+    """The completed run with the greatest ``occurrence_at`` below another's (CR-4)."""
+
+    run_id: str
+    occurrence_at: datetime
+    result: Any
+
+
+@dataclass(frozen=True)
+class FollowThroughRecord:
+    """An occurrence's follow-through as API.md shows it (``follow_through``)."""
+
+    occurrence_id: str
+    tenant: str
+    schedule_id: str
+    run_id: str
+    status: str  # ok | regressed | not_comparable | no_policy | finalize_timed_out
+    reason: str | None
+    previous_run_id: str | None
+    regressions: list[dict[str, Any]]
+    recorded_at: datetime
+
+
+@dataclass(frozen=True)
+class EndedStatus:
+    """``last_status``/``last_run_id`` of a schedule after one of its runs ended; applied
+    only when ``occurrence_at`` is not older than the one already shown (CR-4)."""
+
+    schedule_id: str
+    run_id: str
+    status: str
+    occurrence_at: datetime
+
+
+@dataclass(frozen=True)
+class NewNotification:
+    id: str
+    tenant: str
+    recipient: str
+    kind: str  # regression | schedule_auto_disabled | finalize_timed_out | start_failed
+    schedule_id: str | None
+    occurrence_id: str | None
+    run_id: str | None
+    title: str
+    text: str
+    details: dict[str, Any]
+    event_id: str
+    """The event it belongs to: one event may notify several recipients and webhooks."""
+
+
+@dataclass(frozen=True)
+class Notification:
+    id: str
+    tenant: str
+    recipient: str
+    kind: str
+    schedule_id: str | None
+    occurrence_id: str | None
+    run_id: str | None
+    title: str
+    text: str
+    details: dict[str, Any]
+    event_id: str
+    created_at: datetime
+    read_at: datetime | None
+    seq: int = 0
+
+
+@dataclass(frozen=True)
+class NewWebhook:
+    id: str
+    tenant: str
+    url: EncryptedInput
+    """The whole URL, encrypted with the codec (a Slack URL is a credential)."""
+    url_display: str
+    """The URL cut after its host (``https://hooks.example.com/…``): what reads show."""
+    secret: EncryptedInput | None
+    events: list[str]
+    created_by: str
+
+
+@dataclass(frozen=True)
+class WebhookRecord:
+    id: str
+    tenant: str
+    url: EncryptedInput
+    url_display: str
+    secret: EncryptedInput | None
+    events: list[str]
+    created_by: str
+    created_at: datetime
+    updated_at: datetime
+    seq: int = 0
+
+
+@dataclass(frozen=True)
+class NewDelivery:
+    """One event to one webhook, written in the transaction that decided the event
+    (the transactional outbox of CR-4); ``event_id`` is stable across retries."""
+
+    id: str
+    tenant: str
+    webhook_id: str
+    event_id: str
+    kind: str
+    payload: dict[str, Any]
+
+
+@dataclass(frozen=True)
+class Delivery:
+    id: str
+    tenant: str
+    webhook_id: str
+    event_id: str
+    kind: str
+    status: str  # pending | delivered | failed
+    attempts: int
+    last_status_code: int | None
+    last_error: str | None
+    next_attempt_at: datetime | None
+    delivered_at: datetime | None
+    created_at: datetime
+    seq: int = 0
+
+
+@dataclass(frozen=True)
+class ClaimedDelivery:
+    """A due delivery leased to one deliverer, with what it needs to send it."""
+
+    id: str
+    tenant: str
+    webhook_id: str
+    event_id: str
+    kind: str
+    payload: dict[str, Any]
+    attempts: int
+    """Attempts made before this one."""
+    created_at: datetime
+    url: EncryptedInput
+    secret: EncryptedInput | None
+    claim_token: str
+
+
+@dataclass(frozen=True)
+class DeliveryOutcome:
+    """What one attempt did: ``status`` is ``delivered``, ``pending`` (retry at
+    ``next_attempt_at``) or ``failed`` (given up). ``last_error`` never holds a URL's path."""
+
+    delivery_id: str
+    claim_token: str
+    status: str
+    status_code: int | None
+    error: str | None
+    next_attempt_at: datetime | None

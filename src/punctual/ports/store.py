@@ -7,7 +7,7 @@ named test for each "must" below and runs over every adapter.
 
 from __future__ import annotations
 
-from collections.abc import Collection, Iterable, Mapping, Sequence
+from collections.abc import Collection, Iterable, Sequence
 from contextlib import AbstractContextManager
 from datetime import datetime
 from typing import Any, Protocol
@@ -18,26 +18,38 @@ from punctual.domain.schedules import Schedule
 from punctual.domain.starts import ScheduledStart, StartState
 from punctual.ports.records import (
     AttemptOutcome,
+    BaselineRun,
+    ClaimedDelivery,
     ClaimedRun,
     ClaimedStart,
     ClaimToken,
     CursorMove,
+    Delivery,
+    DeliveryOutcome,
     DispatchedStart,
     DueSchedule,
     EncryptedInput,
+    EndedRun,
+    EndedStatus,
     Finding,
     Fired,
+    FollowThroughRecord,
     IdempotencyRecord,
     KeyOutcome,
+    NewDelivery,
+    NewNotification,
     NewOccurrence,
     NewRun,
     NewSchedule,
     NewStart,
+    NewWebhook,
+    Notification,
     RunClaim,
     RunFilter,
     RunFlags,
     StartFilter,
     TokenRecord,
+    WebhookRecord,
     WorkerRecord,
 )
 
@@ -57,6 +69,10 @@ class Identity(Protocol):
         """Roles of (tenant, subject) pairs in one read; a pair that is no member is absent."""
 
     def remove_member(self, tenant: str, subject: str) -> bool: ...
+
+    def subjects_with_role(self, tenant: str, role: Role) -> list[str]:
+        """Members of the tenant with the role, sorted (notifications of a schedule whose
+        creator left go to the admins, CR-4)."""
 
     def insert_token(
         self,
@@ -432,9 +448,10 @@ class Schedules(Protocol):
         move with a ``planned_version`` must skip a schedule no longer at that version (a
         concurrent edit is never overwritten); returns the ids of the schedules moved."""
 
-    def note_status(self, statuses: Mapping[str, str]) -> None:
-        """``last_status`` per schedule id (a run of it ended). Bookkeeping never waits for
-        a generation pass that holds the schedule (nor changes ``version``)."""
+    def note_ended(self, ended: Sequence[EndedStatus]) -> None:
+        """``last_status``/``last_run_id`` after runs ended (CR-4): a schedule's row moves
+        only when the run's ``occurrence_at`` is not older than the occurrence it shows
+        (a late end of an older run never overwrites a newer one)."""
 
     def note_fired(self, fired: Sequence[Fired], at: datetime) -> None:
         """``last_fired_at``/``last_run_id``/``last_status`` of schedules whose occurrences
@@ -471,6 +488,109 @@ class Findings(Protocol):
     ) -> Finding | None: ...
 
 
+class FollowThrough(Protocol):
+    """Which runs of occurrences await their follow-through, and what it recorded (CR-4,
+    CR-5). A run of a schedule is *awaiting* from its insert (stage 0) until
+    ``mark_done``; every path that ends a run sets ``ended_at``, so the claim below sees
+    every end of every engine without any path having to call it."""
+
+    def claim_ended(self, limit: int) -> list[EndedRun]:
+        """Awaiting runs that have ended (stage 0 or 1, ``ended_at`` set), oldest end
+        first, locked until commit; concurrent passes must skip locked ones. Cost flat in
+        the number of runs (a partial index over the awaiting ones)."""
+
+    def claim_overdue(self, created_before: datetime, limit: int) -> list[EndedRun]:
+        """Stage-0 runs not ended and created before ``created_before`` (CR-5's deadline
+        counts from the run's creation), locked until commit, skipping locked ones."""
+
+    def baseline(self, schedule_id: str, occurrence_at: datetime) -> BaselineRun | None:
+        """The completed run of the schedule whose occurrence is the latest one strictly
+        before ``occurrence_at`` among completed runs (CR-4's baseline)."""
+
+    def record(self, records: Sequence[FollowThroughRecord]) -> set[str]:
+        """Insert or replace each occurrence's follow-through; returns the occurrence ids
+        written. Replacing is how a ``finalize_timed_out`` stays when the run ends later:
+        the caller does not write again in that case (idempotent per occurrence)."""
+
+    def get_many(self, occurrence_ids: Collection[str]) -> dict[str, FollowThroughRecord]: ...
+
+    def mark_stage(self, run_ids: Sequence[str], stage: int) -> None:
+        """Stage 1 (finalize_timed_out recorded, run still live) or 2 (done: never claimed
+        again)."""
+
+
+class Notifications(Protocol):
+    def insert(self, notes: Sequence[NewNotification], now: datetime) -> None: ...
+
+    def find(
+        self,
+        tenant: str,
+        recipient: str,
+        *,
+        unread_only: bool,
+        before_seq: int | None,
+        limit: int,
+    ) -> list[Notification]:
+        """The recipient's notifications, newest first (``seq`` descending), older than
+        ``before_seq`` when given."""
+
+    def get(self, tenant: str, recipient: str, notification_id: str) -> Notification | None:
+        """Only the recipient's own: another principal's notification is absent."""
+
+    def mark_read(
+        self, tenant: str, recipient: str, notification_id: str, now: datetime
+    ) -> Notification | None:
+        """Set ``read_at`` once (idempotent: a second call keeps the first time)."""
+
+
+class Webhooks(Protocol):
+    def insert(self, new: NewWebhook, now: datetime) -> WebhookRecord: ...
+
+    def get(self, tenant: str, webhook_id: str) -> WebhookRecord | None:
+        """A live webhook (deleted ones are absent)."""
+
+    def find(self, tenant: str, after_seq: int, limit: int) -> list[WebhookRecord]: ...
+
+    def update(
+        self, tenant: str, webhook_id: str, now: datetime, **changes: Any
+    ) -> WebhookRecord | None:
+        """Change ``url``/``url_display``/``secret``/``events`` of a live webhook."""
+
+    def delete(self, tenant: str, webhook_id: str, now: datetime) -> bool:
+        """Mark deleted; its pending deliveries end ``failed`` (nobody to send to)."""
+
+    def subscribed(self, tenant: str, kind: str) -> list[WebhookRecord]:
+        """Live webhooks of the tenant whose ``events`` include ``kind`` (an empty
+        ``events`` list means every kind)."""
+
+    def enqueue(self, deliveries: Sequence[NewDelivery], now: datetime) -> None:
+        """Outbox rows, ``pending`` and due now, in the caller's transaction."""
+
+    def claim_due(self, now: datetime, lease_seconds: float, limit: int) -> list[ClaimedDelivery]:
+        """Lease pending deliveries due by ``now`` (``next_attempt_at``), oldest first,
+        skipping rows locked by another deliverer: a claimed row's ``next_attempt_at``
+        moves to ``now + lease_seconds``, so a deliverer killed mid-send leaves it due
+        again after the lease (at least once). Each claim takes a new ``claim_token``."""
+
+    def settle(self, outcomes: Sequence[DeliveryOutcome], now: datetime) -> set[str]:
+        """Record attempts under their claim token (an outdated token records nothing);
+        ``attempts`` grows by one; returns the ids recorded."""
+
+    def deliveries(
+        self, tenant: str, webhook_id: str, before_seq: int | None, limit: int
+    ) -> list[Delivery]:
+        """Newest first."""
+
+    def get_delivery(self, tenant: str, webhook_id: str, delivery_id: str) -> Delivery | None: ...
+
+    def redeliver(
+        self, tenant: str, webhook_id: str, delivery_id: str, new_id: str, now: datetime
+    ) -> Delivery | None:
+        """A new pending delivery of the same event (same ``event_id`` and payload)."""
+
+    def count_failed(self, tenant: str) -> int: ...
+
+
 class Tx(Protocol):
     """The repositories of one open transaction."""
 
@@ -488,6 +608,12 @@ class Tx(Protocol):
     def findings(self) -> Findings: ...
     @property
     def schedules(self) -> Schedules: ...
+    @property
+    def follow_through(self) -> FollowThrough: ...
+    @property
+    def notifications(self) -> Notifications: ...
+    @property
+    def webhooks(self) -> Webhooks: ...
 
 
 class Store(Protocol):

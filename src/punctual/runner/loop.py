@@ -1,12 +1,14 @@
 """The runner: the process part that keeps time.
 
-Two loops on two threads. The generation loop keeps schedules' occurrences generated a
+Three loops on three threads. The generation loop keeps schedules' occurrences generated a
 little ahead of their time (``LOOKAHEAD``). The dispatch loop dispatches due starts in
 pages, sleeps until the earliest due time (or until a create, reschedule or generation
 pass rings its doorbell), recovers runs of lost workers, and pauses behind a circuit
 breaker while the engine or the store is unavailable (DP-3): an outage is waited out,
 never charged to starts. Apart, a long generation pass (catch-up after downtime) never
-delays a dispatch page, and occurrences are ready before they are due.
+delays a dispatch page, and occurrences are ready before they are due. The follow-through
+loop records how schedules' runs ended and what that means (CR-4, CR-5): it writes the
+notifications and the webhook outbox, never on the dispatch thread.
 """
 
 from __future__ import annotations
@@ -14,6 +16,7 @@ from __future__ import annotations
 import logging
 import threading
 import time
+from collections.abc import Callable
 from dataclasses import dataclass
 from datetime import datetime
 
@@ -23,6 +26,7 @@ from punctual.usecases import execution
 from punctual.usecases.context import Services
 from punctual.usecases.dispatch import dispatch_due
 from punctual.usecases.doorbell import Doorbell
+from punctual.usecases.followthrough import follow_through
 from punctual.usecases.generation import LOOKAHEAD, generate
 from punctual.usecases.health import HOST
 
@@ -36,6 +40,8 @@ class RunnerOptions:
     page_size: int = 500
     max_idle_seconds: float = 1.0
     reap_every_seconds: float = 5.0
+    follow_through_every_seconds: float = 0.5
+    """How soon after a run ended its schedule shows it (and a regression is sent)."""
 
 
 @dataclass
@@ -46,12 +52,19 @@ class RunnerStatus:
 
 
 class Runner:
-    def __init__(self, services: Services, options: RunnerOptions, doorbell: Doorbell) -> None:
+    def __init__(
+        self,
+        services: Services,
+        options: RunnerOptions,
+        doorbell: Doorbell,
+        on_notified: Callable[[], None] = lambda: None,
+    ) -> None:
         self.id = new_id("wrk")
         self.status = RunnerStatus()
         self._services = services
         self._options = options
         self._doorbell = doorbell
+        self._on_notified = on_notified
         self._stop = threading.Event()
         self._threads: list[threading.Thread] = []
 
@@ -59,6 +72,9 @@ class Runner:
         self._threads = [
             threading.Thread(target=self._generation_loop, name="runner-generation", daemon=True),
             threading.Thread(target=self._loop, name="runner", daemon=True),
+            threading.Thread(
+                target=self._follow_through_loop, name="runner-follow-through", daemon=True
+            ),
         ]
         for thread in self._threads:
             thread.start()
@@ -88,6 +104,32 @@ class Runner:
         report = dispatch_due(self._services, self.id, self._options.page_size)
         self.status.passes += 1
         return max(report.claimed, released)
+
+    def follow_through_once(self) -> int:
+        """One follow-through pass; the runs it claimed. Rings the deliverer when the pass
+        wrote notifications, so a regression leaves within the deliverer's next turn."""
+        report = follow_through(self._services, self._options.page_size)
+        if report.notified:
+            self._on_notified()
+        return report.claimed
+
+    def _follow_through_loop(self) -> None:
+        backoff = 0.0
+        while not self._stop.is_set():
+            try:
+                claimed = self.follow_through_once()
+                backoff = 0.0
+            except Unavailable as exc:
+                backoff = min(_MAX_OUTAGE_BACKOFF, max(0.2, backoff * 2))
+                log.debug("event=follow_through_paused runner=%s error=%s", self.id, exc)
+                self._stop.wait(backoff)
+                continue
+            except Exception:
+                log.exception("event=follow_through_pass_failed runner=%s", self.id)
+                self._stop.wait(1.0)
+                continue
+            if claimed < self._options.page_size:
+                self._stop.wait(self._options.follow_through_every_seconds)
 
     def _generation_loop(self) -> None:
         backoff = 0.0

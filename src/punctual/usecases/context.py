@@ -12,6 +12,7 @@ from punctual.ports.engine import Engine
 from punctual.ports.events import Event, EventSink
 from punctual.ports.quota import QuotaController
 from punctual.ports.store import Store
+from punctual.ports.webhooks import SendResult, WebhookSender
 
 
 @dataclass(frozen=True)
@@ -43,11 +44,23 @@ class HostPolicy:
     max_run_attempts: int = 10
     wake_horizon_seconds: float = 1.0
     """Runners re-read the next due time at least this often; sooner work wakes them."""
+    follow_through_deadline_seconds: float = 14_400.0
+    """How long follow-through waits for an occurrence's run to end (CR-5)."""
 
 
 class NullEvents:
     def emit(self, event: Event) -> None:
         pass
+
+
+class NoWebhooks:
+    """A process that delivers no webhooks (tests of other parts, the API-only role)."""
+
+    def destination_problem(self, url: str) -> str | None:
+        return None
+
+    def send(self, url: str, body: bytes, headers: dict[str, str]) -> SendResult:
+        return SendResult(False, None, "this process does not deliver webhooks")
 
 
 @dataclass
@@ -59,6 +72,7 @@ class Services:
     policy: HostPolicy
     quota: QuotaController
     events: EventSink = field(default_factory=NullEvents)
+    webhooks: WebhookSender = field(default_factory=NoWebhooks)
     rng: random.Random = field(default_factory=random.Random)
     on_due_change: Callable[[], None] = field(default=lambda: None)
     """Called after a commit that may make work due sooner (wakes the runner)."""

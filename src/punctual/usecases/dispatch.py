@@ -52,6 +52,7 @@ from punctual.ports.records import ClaimedStart, DispatchedStart, Fired, NewRun
 from punctual.ports.store import Tx
 from punctual.usecases.context import Services
 from punctual.usecases.definitions import input_problems
+from punctual.usecases.notify import NotificationEvent, notify, notify_auto_disabled
 
 log = logging.getLogger("punctual.dispatch")
 
@@ -498,11 +499,38 @@ def _record_failure(
         f"{kind} {claim.id} failed after {attempts} attempt(s): {failure.message}",
         now,
     )
+    notify(
+        services,
+        tx,
+        NotificationEvent(
+            tenant=claim.tenant,
+            kind="start_failed",
+            title=f"{kind} {claim.id} failed",
+            text=(
+                f"The {kind} {claim.id} of workflow {claim.workflow} failed for good after "
+                f"{attempts} attempt(s): {failure.code}"
+            ),
+            schedule_id=claim.schedule_id,
+            occurrence_id=claim.id if claim.schedule_id else None,
+            run_id=claim.run_id,
+            details={
+                "start_id": claim.id,
+                "workflow": claim.workflow,
+                "code": failure.code,
+                "message": failure.message,
+                "attempts": attempts,
+            },
+        ),
+        claim.created_by,
+        now,
+    )
     if claim.schedule_id and failure.failure_class is FailureClass.CONFIGURATION:
-        _auto_disable(tx, claim, failure, now)
+        _auto_disable(services, tx, claim, failure, now)
 
 
-def _auto_disable(tx: Tx, claim: ClaimedStart, failure: DispatchFailure, now: datetime) -> None:
+def _auto_disable(
+    services: Services, tx: Tx, claim: ClaimedStart, failure: DispatchFailure, now: datetime
+) -> None:
     """CR-3: a configuration failure would fail every later fire too, so the schedule stops
     and says why; a human re-enables it after fixing the cause."""
     assert claim.schedule_id is not None
@@ -514,6 +542,7 @@ def _auto_disable(tx: Tx, claim: ClaimedStart, failure: DispatchFailure, now: da
         if tx.schedules.compare_and_set(
             schedule.id, schedule.version, now, enabled=False, last_status=status
         ):
+            notify_auto_disabled(services, tx, schedule, status, now)
             return
 
 

@@ -138,15 +138,9 @@ def finish_runs(services: Services, worker_id: str, finished: Sequence[Finished]
             ],
             now,
         )
+        # The schedule's last_status and the follow-through follow from ended_at (CR-4):
+        # the runner's follow-through pass claims these runs.
         recorded = [f.run.id in done for f in finished]
-        # Follow-through bookkeeping (CR-4); never a version change (RS-6).
-        tx.schedules.note_status(
-            {
-                f.run.origin["schedule_id"]: f.state.value
-                for f, ok in zip(finished, recorded, strict=True)
-                if ok and f.run.origin.get("schedule_id")
-            }
-        )
     for f, ok in zip(finished, recorded, strict=True):
         if ok:
             services.events.emit(

@@ -15,6 +15,7 @@ from punctual.errors import InvalidRequest, Unauthenticated, not_found
 from punctual.ports.store import Tx
 from punctual.usecases.context import Services
 from punctual.usecases.idempotency import Mutation, Outcome
+from punctual.usecases.notify import notify_auto_disabled
 from punctual.usecases.paging import check_limit, decode_cursor, page
 from punctual.usecases.projections import token_view, ts
 
@@ -130,8 +131,8 @@ def add_member(services: Services, principal: Principal, subject: str, role: str
 
 def remove_member(services: Services, principal: Principal, subject: str) -> Mutation:
     """Removing a member revokes its tokens and auto-disables the schedules it created
-    (CR-3): their runs would carry an identity that no longer belongs to the tenant."""
-    del services
+    (CR-3): their runs would carry an identity that no longer belongs to the tenant. The
+    admins are told (the creator is gone, CR-4)."""
 
     def mutation(tx: Tx, now: datetime) -> Outcome:
         if tx.identity.member_role(principal.tenant, subject) is None:
@@ -141,10 +142,10 @@ def remove_member(services: Services, principal: Principal, subject: str) -> Mut
         tx.identity.remove_member(principal.tenant, subject)
         status = auto_disabled_status(f"its creator {subject} was removed from the tenant")
         for schedule in tx.schedules.by_creator(principal.tenant, subject):
-            if schedule.enabled:
-                tx.schedules.compare_and_set(
-                    schedule.id, schedule.version, now, enabled=False, last_status=status
-                )
+            if schedule.enabled and tx.schedules.compare_and_set(
+                schedule.id, schedule.version, now, enabled=False, last_status=status
+            ):
+                notify_auto_disabled(services, tx, schedule, status, now)
         return Outcome(204, None, resource_id=subject)
 
     return mutation

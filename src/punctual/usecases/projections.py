@@ -14,7 +14,7 @@ from punctual.domain.runs import Definition, Run
 from punctual.domain.schedules import Schedule, spec_to_json
 from punctual.domain.starts import LastError, ScheduledStart
 from punctual.domain.timeutil import to_rfc3339
-from punctual.ports.records import Finding, TokenRecord
+from punctual.ports.records import Finding, FollowThroughRecord, TokenRecord
 
 
 def ts(value: datetime | None) -> str | None:
@@ -160,8 +160,11 @@ def schedule_view(schedule: Schedule, now: datetime) -> dict[str, Any]:
     }
 
 
-def occurrence_view(occurrence: ScheduledStart) -> dict[str, Any]:
-    """An occurrence; a run of missed occurrences that was not generated carries ``range``."""
+def occurrence_view(
+    occurrence: ScheduledStart, follow: FollowThroughRecord | None = None
+) -> dict[str, Any]:
+    """An occurrence; a run of missed occurrences that was not generated carries ``range``;
+    ``follow_through`` is null until its run ended (or its deadline passed, CR-4/CR-5)."""
     view: dict[str, Any] = {
         "id": occurrence.id,
         "schedule_id": occurrence.schedule_id,
@@ -176,6 +179,7 @@ def occurrence_view(occurrence: ScheduledStart) -> dict[str, Any]:
         "run_id": occurrence.run_id if occurrence.dispatch is not None else None,
         "attempts": occurrence.attempts,
         "last_error": last_error_view(occurrence.last_error),
+        "follow_through": follow_through_view(follow),
     }
     if occurrence.range_count is not None:
         view["range"] = {
@@ -184,3 +188,15 @@ def occurrence_view(occurrence: ScheduledStart) -> dict[str, Any]:
             "count": occurrence.range_count,
         }
     return view
+
+
+def follow_through_view(follow: FollowThroughRecord | None) -> dict[str, Any] | None:
+    if follow is None:
+        return None
+    return {
+        "status": follow.status,
+        "reason": follow.reason,
+        "previous_run_id": follow.previous_run_id,
+        "regressions": follow.regressions,
+        "recorded_at": ts(follow.recorded_at),
+    }

@@ -484,7 +484,8 @@ def list_occurrences(
         rows = tx.starts.find_occurrences(
             query.schedule_id, query.state, decode_cursor(query.cursor), limit + 1
         )
-    return page(rows, limit, occurrence_view)
+        follows = tx.follow_through.get_many([o.id for _, o in rows[:limit]])
+    return page(rows, limit, lambda o: occurrence_view(o, follows.get(o.id)))
 
 
 def cancel_occurrence(

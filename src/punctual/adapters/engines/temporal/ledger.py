@@ -329,15 +329,12 @@ class SqlRunLedger:
                 claimed_by=TEMPORAL_CLAIM,
                 lease_until=None,
             )
-            .returning(_r.schedule_id, _r.tenant)
+            .returning(_r.tenant)
         )
         with self._store.transaction() as tx:
             ended = _conn(tx).execute(update).first()
             if ended is None:
                 return False
-            if ended.schedule_id is not None:
-                # Follow-through bookkeeping (CR-4), as the local worker does.
-                tx.schedules.note_status({ended.schedule_id: state.value})
             if state is RunState.FAILED and error and error.get("code") in _FINDING_CODES:
                 tx.findings.raise_finding(
                     ended.tenant,

@@ -57,6 +57,13 @@ class SqlIdentity:
         )
         return {(r.tenant, r.subject): Role(r.role) for r in self._conn.execute(query)}
 
+    def subjects_with_role(self, tenant: str, role: Role) -> list[str]:
+        m = t.members.c
+        query = (
+            sa.select(m.subject).where(m.tenant == tenant, m.role == role.value).order_by(m.subject)
+        )
+        return list(self._conn.execute(query).scalars())
+
     def remove_member(self, tenant: str, subject: str) -> bool:
         result = self._conn.execute(
             sa.delete(t.members).where(t.members.c.tenant == tenant, t.members.c.subject == subject)

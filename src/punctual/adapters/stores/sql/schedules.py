@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from collections.abc import Collection, Mapping, Sequence
+from collections.abc import Collection, Sequence
 from datetime import datetime, timedelta
 from typing import Any
 
@@ -12,6 +12,7 @@ from sqlalchemy.engine import RowMapping
 from punctual.adapters.stores.sql import tables as t
 from punctual.adapters.stores.sql.dialects import (
     for_update,
+    insert_ignore,
     is_unique_violation,
     lock_name,
     update_many,
@@ -27,7 +28,14 @@ from punctual.domain.schedules import (
     spec_to_json,
 )
 from punctual.errors import Conflict
-from punctual.ports.records import CursorMove, DueSchedule, EncryptedInput, Fired, NewSchedule
+from punctual.ports.records import (
+    CursorMove,
+    DueSchedule,
+    EncryptedInput,
+    EndedStatus,
+    Fired,
+    NewSchedule,
+)
 
 _c = t.schedules.c
 _st = t.schedule_status.c
@@ -221,7 +229,14 @@ class SqlSchedules:
         if result.rowcount != 1:
             return False
         if status is not None:
-            self.note_status({schedule_id: status})
+            # Stamped with now, so the end of a run of an earlier occurrence cannot hide
+            # why the schedule stopped (CR-3; forward-only, CR-4).
+            upsert(
+                self._conn,
+                t.schedule_status,
+                [{"schedule_id": schedule_id, "last_status": status, "status_occurrence_at": now}],
+                ["schedule_id"],
+            )
         return True
 
     def get_many(self, schedule_ids: Collection[str]) -> dict[str, Schedule]:
@@ -286,28 +301,99 @@ class SqlSchedules:
         )
         return moved
 
-    def note_status(self, statuses: Mapping[str, str]) -> None:
-        upsert(
-            self._conn,
-            t.schedule_status,
-            [{"schedule_id": sid, "last_status": statuses[sid]} for sid in sorted(statuses)],
-            ["schedule_id"],
+    def note_ended(self, ended: Sequence[EndedStatus]) -> None:
+        """Of several ends of one schedule, the one of the latest occurrence is applied;
+        an end of the occurrence already shown replaces it (``fired`` becomes the run's
+        outcome)."""
+        latest: dict[str, EndedStatus] = {}
+        for end in ended:
+            shown = latest.get(end.schedule_id)
+            if shown is None or end.occurrence_at >= shown.occurrence_at:
+                latest[end.schedule_id] = end
+        if not latest:
+            return
+        order = sorted(latest)
+        self._ensure_status_rows(order)
+        self._conn.execute(
+            sa.update(t.schedule_status)
+            .where(
+                _st.schedule_id == sa.bindparam("b_schedule_id"),
+                sa.or_(
+                    _st.status_occurrence_at.is_(None),
+                    _st.status_occurrence_at <= sa.bindparam("b_occurrence_at"),
+                ),
+            )
+            .values(
+                last_run_id=sa.bindparam("b_run_id"),
+                last_status=sa.bindparam("b_status"),
+                status_occurrence_at=sa.bindparam("b_occurrence_at"),
+            ),
+            [
+                {
+                    "b_schedule_id": sid,
+                    "b_run_id": latest[sid].run_id,
+                    "b_status": latest[sid].status,
+                    "b_occurrence_at": latest[sid].occurrence_at,
+                }
+                for sid in order
+            ],
         )
 
     def note_fired(self, fired: Sequence[Fired], at: datetime) -> None:
-        latest = {f.schedule_id: f.run_id for f in fired}
-        upsert(
-            self._conn,
-            t.schedule_status,
+        """``last_fired_at`` always moves; ``last_run_id``/``last_status`` only for an
+        occurrence newer than the one shown (a catch-up of older occurrences, or a
+        dispatch retried after its run ended, never hides a newer outcome). The
+        occurrences' times are read from the starts that allocated the runs."""
+        if not fired:
+            return
+        occurrence_at = self._occurrence_times([f.run_id for f in fired])
+        latest: dict[str, tuple[str, datetime | None]] = {}
+        for f in fired:
+            when = occurrence_at.get(f.run_id)
+            shown = latest.get(f.schedule_id)
+            if shown is None or shown[1] is None or (when is not None and when >= shown[1]):
+                latest[f.schedule_id] = (f.run_id, when)
+        order = sorted(latest)
+        self._ensure_status_rows(order)
+        newer = sa.or_(
+            _st.status_occurrence_at.is_(None),
+            _st.status_occurrence_at < sa.bindparam("b_occurrence_at"),
+        )
+        self._conn.execute(
+            sa.update(t.schedule_status)
+            .where(_st.schedule_id == sa.bindparam("b_schedule_id"))
+            .values(
+                last_fired_at=sa.bindparam("b_fired_at"),
+                last_run_id=sa.case((newer, sa.bindparam("b_run_id")), else_=_st.last_run_id),
+                last_status=sa.case((newer, sa.literal("fired")), else_=_st.last_status),
+                status_occurrence_at=sa.case(
+                    (newer, sa.bindparam("b_occurrence_at")), else_=_st.status_occurrence_at
+                ),
+            ),
             [
                 {
-                    "schedule_id": sid,
-                    "last_fired_at": at,
-                    "last_run_id": latest[sid],
-                    "last_status": "fired",
+                    "b_schedule_id": sid,
+                    "b_fired_at": at,
+                    "b_run_id": latest[sid][0],
+                    "b_occurrence_at": latest[sid][1],
                 }
-                for sid in sorted(latest)
+                for sid in order
             ],
+        )
+
+    def _occurrence_times(self, run_ids: Sequence[str]) -> dict[str, datetime]:
+        query = sa.select(t.starts.c.run_id, t.starts.c.occurrence_at).where(
+            t.starts.c.run_id.in_(sorted(set(run_ids))), t.starts.c.occurrence_at.is_not(None)
+        )
+        return {row.run_id: row.occurrence_at for row in self._conn.execute(query)}
+
+    def _ensure_status_rows(self, schedule_ids: Sequence[str]) -> None:
+        """A bookkeeping row for each schedule (in id order, so concurrent writers lock
+        rows in one order); the conditional updates above then decide what moves."""
+        insert_ignore(
+            self._conn,
+            t.schedule_status,
+            [{"schedule_id": sid} for sid in schedule_ids],
             ["schedule_id"],
         )
 

@@ -12,11 +12,14 @@ from sqlalchemy.engine import Engine
 from punctual.adapters.stores.sql.definitions import SqlDefinitions
 from punctual.adapters.stores.sql.dialects import create_engine, is_lock_timeout, set_lock_timeout
 from punctual.adapters.stores.sql.findings import SqlFindings
+from punctual.adapters.stores.sql.followthrough import SqlFollowThrough
 from punctual.adapters.stores.sql.idempotency import SqlIdempotency
 from punctual.adapters.stores.sql.identity import SqlIdentity
+from punctual.adapters.stores.sql.notifications import SqlNotifications
 from punctual.adapters.stores.sql.runs import SqlRuns
 from punctual.adapters.stores.sql.schedules import SqlSchedules
 from punctual.adapters.stores.sql.starts import SqlStarts
+from punctual.adapters.stores.sql.webhooks import SqlWebhooks
 from punctual.errors import Unavailable
 
 
@@ -32,6 +35,9 @@ class SqlTx:
     runs: SqlRuns
     findings: SqlFindings
     schedules: SqlSchedules
+    follow_through: SqlFollowThrough
+    notifications: SqlNotifications
+    webhooks: SqlWebhooks
 
     @classmethod
     def on(cls, conn: sa.Connection) -> SqlTx:
@@ -44,6 +50,9 @@ class SqlTx:
             runs=SqlRuns(conn),
             findings=SqlFindings(conn),
             schedules=SqlSchedules(conn),
+            follow_through=SqlFollowThrough(conn),
+            notifications=SqlNotifications(conn),
+            webhooks=SqlWebhooks(conn),
         )
 
 

@@ -246,6 +246,10 @@ starts = sa.Table(
     sa.Index(None, "schedule_id", "state"),
 )
 
+FOLLOW_UP_ENDED = "schedule_id IS NOT NULL AND follow_up < 2 AND ended_at IS NOT NULL"
+FOLLOW_UP_OVERDUE = "schedule_id IS NOT NULL AND follow_up = 0 AND ended_at IS NULL"
+"""The predicates of the follow-through indexes (the claims repeat them term by term)."""
+
 runs = sa.Table(
     "runs",
     metadata,
@@ -280,6 +284,9 @@ runs = sa.Table(
     sa.Column("claimed_at", UTCDateTime),
     sa.Column("started_at", UTCDateTime),
     sa.Column("ended_at", UTCDateTime),
+    # Follow-through of a schedule's run (CR-4, CR-5): 0 awaiting, 1 ``finalize_timed_out``
+    # recorded while the run was live, 2 done. Only rows with a schedule_id are read.
+    sa.Column("follow_up", sa.SmallInteger, nullable=False, server_default=sa.text("0")),
     sa.Index(
         "ix_runs_pending",
         "task_queue",
@@ -293,6 +300,20 @@ runs = sa.Table(
         "claimed_by",
         postgresql_where=sa.text("state IN ('pending', 'running')"),
         sqlite_where=sa.text("state IN ('pending', 'running')"),
+    ),
+    # The follow-through pass reads only awaiting runs, so its cost does not grow with
+    # the history: ended ones to follow through, live ones past the deadline (CR-5).
+    sa.Index(
+        "ix_runs_follow_up_ended",
+        "ended_at",
+        postgresql_where=sa.text(FOLLOW_UP_ENDED),
+        sqlite_where=sa.text(FOLLOW_UP_ENDED),
+    ),
+    sa.Index(
+        "ix_runs_follow_up_overdue",
+        "created_at",
+        postgresql_where=sa.text(FOLLOW_UP_OVERDUE),
+        sqlite_where=sa.text(FOLLOW_UP_OVERDUE),
     ),
     sa.Index(None, "tenant", "seq"),
     sa.Index(None, "tenant", "workflow"),
@@ -359,6 +380,8 @@ schedule_status = sa.Table(
     sa.Column("last_fired_at", UTCDateTime),
     sa.Column("last_run_id", sa.String(40)),
     sa.Column("last_status", sa.String(300)),
+    # The occurrence that last_run_id/last_status describe: they only move forward (CR-4).
+    sa.Column("status_occurrence_at", UTCDateTime),
 )
 
 findings = sa.Table(
@@ -390,4 +413,102 @@ pending_start_counts = sa.Table(
     sa.Column("workload_class", sa.String(64), nullable=False),
     sa.Column("delta", sa.BigInteger, nullable=False),
     sa.Index(None, "tenant"),
+)
+
+# An occurrence's follow-through (CR-4): one row per occurrence, replaced when recorded again.
+follow_throughs = sa.Table(
+    "follow_throughs",
+    metadata,
+    sa.Column("occurrence_id", sa.String(40), primary_key=True),
+    sa.Column("tenant", sa.String(64), nullable=False),
+    sa.Column("schedule_id", sa.String(40), nullable=False),
+    sa.Column("run_id", sa.String(40), nullable=False),
+    sa.Column("status", sa.String(32), nullable=False),
+    sa.Column("reason", sa.Text),
+    sa.Column("previous_run_id", sa.String(40)),
+    sa.Column("regressions", JSONType, nullable=False),
+    sa.Column("recorded_at", UTCDateTime, nullable=False),
+)
+
+# A person's feed (CR-4): written with the decision that caused it, read newest first.
+notifications = sa.Table(
+    "notifications",
+    metadata,
+    _seq(),
+    sa.Column("id", sa.String(40), nullable=False, unique=True),
+    sa.Column("tenant", sa.String(64), nullable=False),
+    sa.Column("recipient", sa.String(200), nullable=False),
+    sa.Column("kind", sa.String(64), nullable=False),
+    sa.Column("schedule_id", sa.String(40)),
+    sa.Column("occurrence_id", sa.String(40)),
+    sa.Column("run_id", sa.String(40)),
+    sa.Column("title", sa.Text, nullable=False),
+    sa.Column("text", sa.Text, nullable=False),
+    sa.Column("details", JSONType, nullable=False),
+    sa.Column("event_id", sa.String(40), nullable=False),
+    sa.Column("created_at", UTCDateTime, nullable=False),
+    sa.Column("read_at", UTCDateTime),
+    sa.Index(None, "tenant", "recipient", "seq"),
+    # The unread feed stays cheap however much read history a person keeps.
+    sa.Index(
+        "ix_notifications_unread",
+        "tenant",
+        "recipient",
+        "seq",
+        postgresql_where=sa.text("read_at IS NULL"),
+        sqlite_where=sa.text("read_at IS NULL"),
+    ),
+)
+
+# A tenant's webhooks. The URL is a credential (a Slack URL is one), so it is stored
+# encrypted like the secret; reads show only ``url_display``.
+webhooks = sa.Table(
+    "webhooks",
+    metadata,
+    _seq(),
+    sa.Column("id", sa.String(40), nullable=False, unique=True),
+    sa.Column("tenant", sa.String(64), nullable=False),
+    sa.Column("url", sa.LargeBinary, nullable=False),
+    sa.Column("url_key_id", sa.String(64), nullable=False),
+    sa.Column("url_display", sa.String(400), nullable=False),
+    sa.Column("secret", sa.LargeBinary),
+    sa.Column("secret_key_id", sa.String(64)),
+    sa.Column("events", JSONType, nullable=False),
+    sa.Column("created_by", sa.String(200), nullable=False),
+    sa.Column("created_at", UTCDateTime, nullable=False),
+    sa.Column("updated_at", UTCDateTime, nullable=False),
+    sa.Column("deleted_at", UTCDateTime),
+    sa.Index(None, "tenant", "seq"),
+)
+
+# The transactional outbox of CR-4: one row per event and webhook, written in the
+# transaction that decided the event, leased to a deliverer by ``next_attempt_at``.
+webhook_deliveries = sa.Table(
+    "webhook_deliveries",
+    metadata,
+    _seq(),
+    sa.Column("id", sa.String(40), nullable=False, unique=True),
+    sa.Column("tenant", sa.String(64), nullable=False),
+    sa.Column("webhook_id", sa.String(40), nullable=False),
+    sa.Column("event_id", sa.String(40), nullable=False),
+    sa.Column("kind", sa.String(64), nullable=False),
+    sa.Column("payload", JSONType, nullable=False),
+    sa.Column("status", sa.String(16), nullable=False),
+    sa.Column("attempts", sa.Integer, nullable=False),
+    sa.Column("last_status_code", sa.Integer),
+    sa.Column("last_error", sa.String(500)),
+    sa.Column("next_attempt_at", UTCDateTime),
+    sa.Column("delivered_at", UTCDateTime),
+    sa.Column("claim_token", sa.String(64)),
+    sa.Column("created_at", UTCDateTime, nullable=False),
+    sa.Column("updated_at", UTCDateTime, nullable=False),
+    # The deliverer's claim reads only pending rows, however long the history.
+    sa.Index(
+        "ix_webhook_deliveries_due",
+        "next_attempt_at",
+        postgresql_where=sa.text("status = 'pending'"),
+        sqlite_where=sa.text("status = 'pending'"),
+    ),
+    sa.Index(None, "webhook_id", "seq"),
+    sa.Index(None, "tenant", "status"),
 )
