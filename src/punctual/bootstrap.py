@@ -29,11 +29,13 @@ from punctual.adapters.quota import LocalQuota, NoQuota, PostgresQuota
 from punctual.adapters.stores.sql import migrate
 from punctual.adapters.stores.sql.listener import DUE_CHANNEL, RUNS_CHANNEL, PgListener
 from punctual.adapters.stores.sql.store import SqlStore, SqlTx
+from punctual.adapters.webhooks import HttpWebhookSender, default_allowed_cidrs
 from punctual.errors import ConfigurationError
 from punctual.ports.clock import Clock
 from punctual.ports.engine import Engine
 from punctual.ports.quota import QuotaController
 from punctual.ports.store import Tx
+from punctual.runner.deliverer import Deliverer
 from punctual.runner.loop import Runner, RunnerOptions
 from punctual.settings import Settings
 from punctual.usecases.context import HostPolicy, Services, TenantPolicy, WorkloadClass
@@ -156,6 +158,15 @@ def build_quota(settings: Settings, store: SqlStore) -> QuotaController:
     return PostgresQuota(connection_of)
 
 
+def build_webhook_sender(settings: Settings) -> HttpWebhookSender:
+    """Deliveries and the check at webhook create share one policy: the host's
+    ``[webhooks] allowed_cidrs``, or the profile's default when unset."""
+    allowed = settings.webhooks.allowed_cidrs
+    return HttpWebhookSender(
+        allowed if allowed is not None else default_allowed_cidrs(settings.profile)
+    )
+
+
 def check_profile(settings: Settings) -> None:
     if settings.profile == "production":
         if settings.quota.controller == "local":
@@ -182,6 +193,7 @@ class Punctual:
     mutations: MutationRunner
     due_doorbell: Doorbell
     runner: Runner | None = None
+    deliverer: Deliverer | None = None
     workers: list[LocalWorker | TemporalWorker] = field(default_factory=list)
     sync: SyncLoop | None = None
     listener: PgListener | None = None
@@ -215,9 +227,15 @@ class Punctual:
             page_size=self.settings.runner.page_size,
             max_idle_seconds=self.settings.runner.max_idle_seconds,
         )
-        self.runner = Runner(self.services, options, self.due_doorbell)
+        # Webhook deliveries leave from the runner process, off the dispatch thread; the
+        # follow-through pass rings the deliverer when it queued some.
+        self.deliverer = Deliverer(self.services)
+        self.runner = Runner(
+            self.services, options, self.due_doorbell, on_notified=self.deliverer.wake
+        )
         self._listen()
         self.runner.start()
+        self.deliverer.start()
         if self.settings.engine == "temporal" and self.sync is None:
             from punctual.adapters.engines.temporal.engine import TemporalEngine
             from punctual.adapters.engines.temporal.sync import SyncLoop
@@ -264,6 +282,8 @@ class Punctual:
     def close(self) -> None:
         if self.runner is not None:
             self.runner.stop()
+        if self.deliverer is not None:
+            self.deliverer.stop()
         if self.sync is not None:
             self.sync.stop()
         for worker in self.workers:
@@ -311,6 +331,7 @@ def _assemble(
         policy=host_policy(settings),
         quota=build_quota(settings, store),
         events=events,
+        webhooks=build_webhook_sender(settings),
         rng=rng,
         on_due_change=due.ring,
         crash_point=CrashPoints(os.environ.get("PUNCTUAL_CRASH_AT", "")),
