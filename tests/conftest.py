@@ -9,9 +9,11 @@ the PostgreSQL half; with ``CI=true`` it fails instead.
 
 from __future__ import annotations
 
+import ipaddress
 import os
 import secrets
 import shutil
+import socket
 from collections.abc import Iterator
 from datetime import UTC, datetime, timedelta
 from pathlib import Path
@@ -26,6 +28,26 @@ from punctual.adapters.stores.sql import migrate
 from punctual.adapters.stores.sql.store import SqlStore
 from punctual.adapters.stores.sql.tables import metadata
 from punctual.settings import Settings, load_settings
+
+_real_getaddrinfo = socket.getaddrinfo
+
+
+def _loopback_only_getaddrinfo(host: Any, *args: Any, **kwargs: Any) -> Any:
+    """Tests never look names up off this machine: webhook URLs with made-up hosts (the
+    fuzzer writes many) would otherwise send DNS queries out. Address literals and
+    ``localhost`` resolve as usual; any other name is unknown."""
+    text = host.decode() if isinstance(host, bytes) else host
+    if text is None or text == "localhost" or text.endswith(".localhost"):
+        return _real_getaddrinfo(host, *args, **kwargs)
+    try:
+        ipaddress.ip_address(text.split("%", 1)[0])
+    except ValueError:
+        offline = "tests resolve no names off this machine"
+        raise socket.gaierror(socket.EAI_NONAME, offline) from None
+    return _real_getaddrinfo(host, *args, **kwargs)
+
+
+socket.getaddrinfo = _loopback_only_getaddrinfo
 
 PG_SERVER = os.environ.get("PUNCTUAL_TEST_PG", "postgresql://postgres@127.0.0.1:5432/test")
 IN_CI = os.environ.get("CI", "").lower() in {"1", "true", "yes"}

@@ -11,8 +11,9 @@ from __future__ import annotations
 import time
 from collections.abc import Mapping, Sequence
 from datetime import datetime
+from enum import Enum
 from types import TracebackType
-from typing import Any
+from typing import Any, Literal
 
 import httpx
 
@@ -30,6 +31,14 @@ class ApiError(Exception):
 
 class InProgress(Exception):
     """``202 in_progress``: retry the same request with the same key to learn the outcome."""
+
+
+class _Keep(Enum):
+    KEEP = "keep"
+
+
+KEEP = _Keep.KEEP
+"""``update_webhook``'s default for a field left as it is (``None`` means something)."""
 
 
 class PunctualClient:
@@ -196,6 +205,120 @@ class PunctualClient:
 
     def health(self) -> dict[str, Any]:
         result: dict[str, Any] = self._get("/health")
+        return result
+
+    def transfer_schedule(
+        self, schedule_id: str, *, idempotency_key: str, version: int, to: str
+    ) -> dict[str, Any]:
+        """Admin: ``to`` (a member or admin) becomes the schedule's creator (CR-8)."""
+        result: dict[str, Any] = self._mutate(
+            "POST",
+            f"/schedules/{schedule_id}/transfer",
+            idempotency_key,
+            {"version": version, "to": to},
+        )
+        return result
+
+    def list_notifications(
+        self, *, unread: bool = False, limit: int = 50, cursor: str | None = None
+    ) -> dict[str, Any]:
+        """The caller's own notifications, newest first."""
+        result: dict[str, Any] = self._get(
+            "/notifications", unread="true" if unread else None, limit=limit, cursor=cursor
+        )
+        return result
+
+    def mark_notification_read(
+        self, notification_id: str, *, idempotency_key: str
+    ) -> dict[str, Any]:
+        result: dict[str, Any] = self._mutate(
+            "POST", f"/notifications/{notification_id}/read", idempotency_key
+        )
+        return result
+
+    def create_webhook(
+        self,
+        *,
+        idempotency_key: str,
+        url: str,
+        events: Sequence[str] | None = None,
+        secret: str | None = None,
+    ) -> dict[str, Any]:
+        """Admin. ``events=None`` subscribes to every kind; the secret is never returned."""
+        body: dict[str, Any] = {"url": url}
+        if events is not None:
+            body["events"] = list(events)
+        if secret is not None:
+            body["secret"] = secret
+        result: dict[str, Any] = self._mutate("POST", "/webhooks", idempotency_key, body)
+        return result
+
+    def list_webhooks(self, *, limit: int = 50, cursor: str | None = None) -> dict[str, Any]:
+        result: dict[str, Any] = self._get("/webhooks", limit=limit, cursor=cursor)
+        return result
+
+    def delete_webhook(self, webhook_id: str, *, idempotency_key: str) -> None:
+        self._mutate("DELETE", f"/webhooks/{webhook_id}", idempotency_key)
+
+    def update_webhook(
+        self,
+        webhook_id: str,
+        *,
+        idempotency_key: str,
+        url: str | Literal[_Keep.KEEP] = KEEP,
+        events: Sequence[str] | Literal[_Keep.KEEP] | None = KEEP,
+        secret: str | Literal[_Keep.KEEP] | None = KEEP,
+    ) -> dict[str, Any]:
+        """Change what is given: a new ``secret`` rotates it, ``secret=None`` removes it;
+        ``events=None`` subscribes to every kind."""
+        body: dict[str, Any] = {}
+        if url is not KEEP:
+            body["url"] = url
+        if events is not KEEP:
+            body["events"] = list(events) if events is not None else None
+        if secret is not KEEP:
+            body["secret"] = secret
+        result: dict[str, Any] = self._mutate(
+            "PATCH", f"/webhooks/{webhook_id}", idempotency_key, body
+        )
+        return result
+
+    def test_webhook(self, webhook_id: str, *, idempotency_key: str) -> dict[str, Any]:
+        """Queue a ``test`` event to this webhook: ``{"status": "queued", "event_id", ...}``."""
+        response = self._http.post(
+            self._url(f"/webhooks/{webhook_id}/test"), headers={"Idempotency-Key": idempotency_key}
+        )
+        return self._queued(response)
+
+    def list_deliveries(
+        self, webhook_id: str, *, limit: int = 50, cursor: str | None = None
+    ) -> dict[str, Any]:
+        """Newest first."""
+        result: dict[str, Any] = self._get(
+            f"/webhooks/{webhook_id}/deliveries", limit=limit, cursor=cursor
+        )
+        return result
+
+    def redeliver(
+        self, webhook_id: str, delivery_id: str, *, idempotency_key: str
+    ) -> dict[str, Any]:
+        """A new delivery of the same event (same ``event_id``)."""
+        response = self._http.post(
+            self._url(f"/webhooks/{webhook_id}/deliveries/{delivery_id}/redeliver"),
+            headers={"Idempotency-Key": idempotency_key},
+        )
+        return self._queued(response)
+
+    def _queued(self, response: httpx.Response) -> dict[str, Any]:
+        """A ``202`` that queued something is the answer; an undecided one raises."""
+        if response.status_code == 202:
+            try:
+                body = response.json()
+            except ValueError:
+                body = None
+            if isinstance(body, dict) and body.get("status") == "queued":
+                return body
+        result: dict[str, Any] = self._answer(response)
         return result
 
 

@@ -10,7 +10,9 @@ classes to HTTP status codes: ``punctual.adapters.http.errors``.
     ├── NotFound                             not_found
     ├── BadRequest                           idempotency_key_required, malformed_json
     ├── InvalidRequest (422)                 validation_error, start_at_*, host_owned_field,
-    │                                        unknown_workflow, input_invalid, invalid_cron, ...
+    │                                        unknown_workflow, input_invalid, invalid_cron,
+    │                                        webhook_url_not_allowed, unknown_event_kind,
+    │                                        transfer_target_invalid, ...
     ├── PayloadTooLarge                      input_too_large, body_too_large
     ├── Conflict                             idempotency_key_reused, version_conflict,
     │                                        already_dispatched, invalid_state, in_use
@@ -100,3 +102,14 @@ def version_conflict(resource: str, resource_id: str, current_version: int) -> C
 
 def not_found(resource: str, resource_id: str) -> NotFound:
     return NotFound(f"{resource} {resource_id} does not exist in this tenant")
+
+
+def webhook_url_not_allowed(reason: str) -> InvalidRequest:
+    """``reason`` names what is wrong with the destination, never the URL's path or query
+    (a Slack URL's path is its credential)."""
+    return InvalidRequest(
+        f"the webhook URL is not allowed: {reason}; use an http or https URL whose host "
+        "resolves to a public address, or ask the host to allow the range "
+        "([webhooks] allowed_cidrs)",
+        code="webhook_url_not_allowed",
+    )

@@ -30,6 +30,7 @@ from punctual.domain.permissions import Role
 from punctual.ports.records import WorkerRecord
 from punctual.usecases.definitions import register_worker
 from punctual.usecases.dispatch import dispatch_due
+from punctual.usecases.notify import NotificationEvent, notify
 from punctual.workflows import load_app
 from tests.conftest import FakeClock, make_settings
 from tests.support.api import Api, echo_start, in_process, member_api
@@ -221,6 +222,19 @@ def world(database_url: str, tmp_path: Path) -> Iterator[World]:
             listed = a_member.get(f"/schedules/{made.json()['id']}/occurrences")
             if listed.status_code == 200 and listed.json()["items"]:
                 w.params["occurrence_id"] = listed.json()["items"][0]["id"]
+            with system.store.transaction() as tx:
+                event = NotificationEvent(A, "regression", SECRET_MARKER, SECRET_MARKER)
+                notify(system.services, tx, event, "alice", clock.now())
+            (note,) = a_member.get("/notifications").json()["items"]
+            hook = a_admin.post("/webhooks", {"url": "http://127.0.0.1:9/acme", "secret": "s"})
+            assert hook.status_code == 201, hook.text
+            tested = a_admin.post(f"/webhooks/{hook.json()['id']}/test")
+            assert tested.status_code == 202, tested.text
+            w.params.update(
+                notification_id=note["id"],
+                webhook_id=hook.json()["id"],
+                delivery_id=tested.json()["delivery_id"],
+            )
             w.sensitive = {
                 SECRET_MARKER,
                 waiting.json()["id"],

@@ -12,7 +12,14 @@ from starlette.types import ASGIApp, Receive, Scope, Send
 import punctual
 from punctual.adapters.http import errors
 from punctual.adapters.http.edge import Edge
-from punctual.adapters.http.routes import runs, schedules, starts, tenant
+from punctual.adapters.http.routes import (
+    notifications,
+    runs,
+    schedules,
+    starts,
+    tenant,
+    webhooks,
+)
 from punctual.adapters.observability import Metrics
 
 
@@ -75,6 +82,8 @@ def create_app(edge: Edge, metrics: Metrics, *, max_body_bytes: int = 1_048_576)
     app.include_router(runs.router)
     app.include_router(schedules.router)
     app.include_router(tenant.router)
+    app.include_router(notifications.router)
+    app.include_router(webhooks.router)
 
     @app.get("/healthz", tags=["probes"])
     def healthz() -> dict[str, str]:

@@ -1,9 +1,10 @@
-"""Request bodies as the API accepts them; converted into use-case commands at the edge."""
+"""Request bodies as the API accepts them, converted into use-case commands at the edge,
+and the shapes of the answers, for ``/openapi.json``."""
 
 from __future__ import annotations
 
 from datetime import UTC, datetime
-from typing import Annotated, Any
+from typing import Annotated, Any, Literal
 
 from pydantic import (
     AfterValidator,
@@ -15,9 +16,17 @@ from pydantic import (
     StringConstraints,
 )
 
+from punctual.domain.webhooks import MAX_URL_LENGTH
 from punctual.usecases.paging import BIGINT_MAX
 from punctual.usecases.schedules import CreateSchedule
 from punctual.usecases.starts import CancelStart, CreateStart, RescheduleStart
+from punctual.usecases.transfer import TransferSchedule
+from punctual.usecases.webhooks import (
+    MAX_EVENTS,
+    MAX_SECRET_LENGTH,
+    CreateWebhook,
+    UpdateWebhook,
+)
 
 Label = Annotated[str, StringConstraints(max_length=500)]
 
@@ -332,3 +341,211 @@ class PatchScheduleBody(BaseModel):
 
 class VersionBody(_Body):
     version: Version
+
+
+class TransferBody(_Body):
+    """``POST …/schedules/{id}/transfer``: the schedule's current version and its new owner."""
+
+    version: Version
+    to: str = Field(min_length=1, max_length=200)
+
+    def command(self, schedule_id: str) -> TransferSchedule:
+        return TransferSchedule(schedule_id, self.version, self.to)
+
+
+EventKinds = Annotated[list[StrictStr], Field(max_length=MAX_EVENTS)]
+WebhookSecret = Annotated[StrictStr, Field(min_length=1, max_length=MAX_SECRET_LENGTH)]
+
+
+class CreateWebhookBody(_Body):
+    """``events`` omitted, null or empty: every kind, kinds added later included."""
+
+    model_config = ConfigDict(
+        extra="forbid",
+        json_schema_extra={
+            "examples": [
+                {
+                    "url": "https://hooks.example.com/services/T000/B000/XXXX",
+                    "events": ["regression", "schedule_auto_disabled"],
+                    "secret": "a shared secret for X-Punctual-Signature",
+                }
+            ]
+        },
+    )
+
+    url: StrictStr = Field(min_length=1, max_length=MAX_URL_LENGTH)
+    events: EventKinds | None = None
+    secret: WebhookSecret | None = None
+
+    def command(self) -> CreateWebhook:
+        events = tuple(self.events) if self.events is not None else None
+        return CreateWebhook(self.url, events, self.secret)
+
+
+class PatchWebhookBody(_Body):
+    """Only the fields sent change. ``secret``: a new value rotates it, ``null`` removes
+    it (deliveries then go unsigned). ``events``: ``null`` or empty means every kind."""
+
+    url: StrictStr | None = Field(default=None, min_length=1, max_length=MAX_URL_LENGTH)
+    events: EventKinds | None = None
+    secret: WebhookSecret | None = None
+
+    def command(self, webhook_id: str) -> UpdateWebhook:
+        sent = {name: getattr(self, name) for name in self.model_fields_set}
+        if sent.get("events") is not None:
+            sent["events"] = tuple(sent["events"])
+        return UpdateWebhook(webhook_id, sent)
+
+
+# --------------------------------------------------------------------------- answers
+# Documentation of what the routes answer (the use cases build the bodies themselves).
+
+
+class ErrorDetail(BaseModel):
+    code: str
+    """Stable: programs branch on it."""
+    message: str
+    details: dict[str, Any]
+
+
+class Error(BaseModel):
+    """Every 4xx and 5xx answer."""
+
+    error: ErrorDetail
+
+
+class InProgress(BaseModel):
+    """A mutation not decided within the bounded wait: retry it with the same key."""
+
+    status: Literal["in_progress"]
+
+
+class LastError(BaseModel):
+    code: str
+    message: str
+    at: datetime | None
+
+
+class Notification(BaseModel):
+    id: str
+    kind: str
+    """``regression``, ``schedule_auto_disabled``, ``finalize_timed_out``, ``start_failed``."""
+    schedule_id: str | None
+    occurrence_id: str | None
+    run_id: str | None
+    title: str
+    text: str
+    details: dict[str, Any]
+    created_at: datetime
+    read_at: datetime | None
+
+
+class NotificationPage(BaseModel):
+    items: list[Notification]
+    next_cursor: str | None
+
+
+class Webhook(BaseModel):
+    id: str
+    url: str
+    """Cut after the host: the path and query (often a credential) are never shown."""
+    events: list[str]
+    """Empty: every kind."""
+    created_at: datetime
+
+
+class WebhookPage(BaseModel):
+    items: list[Webhook]
+    next_cursor: str | None
+
+
+class Delivery(BaseModel):
+    id: str
+    event_id: str
+    """The same on every attempt and every redelivery of one event."""
+    kind: str
+    status: Literal["pending", "delivered", "failed"]
+    attempts: int
+    last_status_code: int | None
+    last_error: LastError | None
+    next_attempt_at: datetime | None
+    delivered_at: datetime | None
+
+
+class DeliveryPage(BaseModel):
+    items: list[Delivery]
+    next_cursor: str | None
+
+
+class Queued(BaseModel):
+    """``202`` of a webhook test or redelivery: the event is in the outbox."""
+
+    status: Literal["queued"]
+    event_id: str
+    delivery_id: str | None
+
+
+class Schedule(BaseModel):
+    """A schedule as API.md shows it (more fields may follow)."""
+
+    model_config = ConfigDict(extra="allow")
+
+    id: str
+    name: str
+    workflow: str
+    spec: dict[str, Any]
+    overlap: str
+    missed: str
+    max_catch_up: int
+    catch_up_window: float | None
+    misfire_grace_ms: int
+    enabled: bool
+    version: int
+    revision: int
+    version_policy: str
+    workload_class: str
+    regression: dict[str, Any] | None
+    created_by: str
+    last_fired_at: datetime | None
+    last_run_id: str | None
+    last_status: str | None
+    next_fire_times: list[datetime]
+    created_at: datetime
+    updated_at: datetime
+
+
+_ERROR_DESCRIPTIONS = {
+    400: "Missing or malformed `Idempotency-Key`",
+    401: "No token, or a bad, revoked or expired one",
+    403: "The role may not act",
+    404: "Unknown id, or another tenant's",
+    409: "Version conflict, or the key was used for another request",
+    413: "The body is too large",
+    422: "The request's content is not acceptable",
+    503: "The store is unavailable; retry the same request",
+}
+READ_ERRORS = (401, 404, 422, 503)
+MUTATION_ERRORS = (400, 401, 403, 404, 409, 413, 422, 503)
+_UNDECIDED = "Not decided within the bounded wait: retry the same request with the same key"
+
+
+def answers(
+    status: int,
+    model: Any,
+    errors: tuple[int, ...] = READ_ERRORS,
+    *,
+    mutation: bool = False,
+    description: str = "Success",
+) -> dict[int | str, dict[str, Any]]:
+    """OpenAPI ``responses`` of a route: its success, the ``202 in_progress`` of a
+    mutation, and each error it answers with the error envelope (API.md "OpenAPI")."""
+    documented: dict[int | str, dict[str, Any]] = {status: {"description": description}}
+    if model is not None:
+        documented[status]["model"] = model
+    if mutation and status == 202:
+        documented[202] = {"model": model | InProgress, "description": description}
+    elif mutation:
+        documented[202] = {"model": InProgress, "description": _UNDECIDED}
+    for code in errors:
+        documented[code] = {"model": Error, "description": _ERROR_DESCRIPTIONS[code]}
+    return documented

@@ -24,15 +24,19 @@ from punctual.adapters.http.routes.common import (
 )
 from punctual.adapters.http.schemas import (
     MAX_SPAN_MS,
+    MUTATION_ERRORS,
     CreateScheduleBody,
     PatchScheduleBody,
+    Schedule,
+    TransferBody,
     VersionBody,
+    answers,
 )
 from punctual.domain.permissions import Principal
 from punctual.domain.timeutil import parse_rfc3339
 from punctual.errors import InvalidRequest, not_found
 from punctual.ports.store import Tx
-from punctual.usecases import schedules
+from punctual.usecases import schedules, transfer
 from punctual.usecases.idempotency import Mutation, Outcome
 
 router = APIRouter(
@@ -162,6 +166,28 @@ def delete_schedule(
                 )
             current = parse_whole_number(version, "version", minimum=1)
             return schedules.delete(edge.services, principal, schedule_id, current)(tx, now)
+
+        return mutation
+
+    return run_mutation(edge, request, raw, tenant, build)
+
+
+@router.post(
+    "/schedules/{schedule_id}/transfer",
+    response_model=None,
+    responses=answers(200, Schedule, MUTATION_ERRORS, mutation=True),
+    openapi_extra=mutation_doc(TransferBody),
+    description="Admin. `to` (a member or admin of the tenant) becomes the schedule's "
+    "`created_by`: runs dispatched from then on carry its identity. " + IDEMPOTENCY_DOC,
+)
+def transfer_schedule(
+    tenant: str, schedule_id: str, request: Request, edge: EdgeDep, raw: BodyDep
+) -> Response:
+    def build(principal: Principal) -> Mutation:
+        def mutation(tx: Tx, now: Any) -> Outcome:
+            _existing(tx, principal, schedule_id)
+            body = parse_body(raw, TransferBody)
+            return transfer.transfer(edge.services, principal, body.command(schedule_id))(tx, now)
 
         return mutation
 

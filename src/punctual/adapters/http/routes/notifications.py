@@ -1,0 +1,70 @@
+"""The caller's own notification feed (API.md "Notifications and webhooks")."""
+
+from __future__ import annotations
+
+from typing import Annotated, Any
+
+from fastapi import APIRouter, Depends, Request, Security
+from fastapi.responses import Response
+
+from punctual.adapters.http.edge import Edge, parse_limit, run_mutation
+from punctual.adapters.http.routes.common import (
+    BEARER,
+    IDEMPOTENCY_DOC,
+    get_edge,
+    mutation_doc,
+    raw_body,
+)
+from punctual.adapters.http.schemas import (
+    MUTATION_ERRORS,
+    Notification,
+    NotificationPage,
+    answers,
+)
+from punctual.domain.permissions import Principal
+from punctual.usecases import notifications
+from punctual.usecases.idempotency import Mutation
+
+router = APIRouter(
+    prefix="/v1/tenants/{tenant}", tags=["notifications"], dependencies=[Security(BEARER)]
+)
+EdgeDep = Annotated[Edge, Depends(get_edge)]
+BodyDep = Annotated[bytes, Depends(raw_body)]
+_READ_MARK_ERRORS = tuple(code for code in MUTATION_ERRORS if code != 403)  # any role may
+
+
+@router.get(
+    "/notifications",
+    response_model=None,
+    responses=answers(200, NotificationPage),
+    description="The caller's own notifications, newest first; `unread=true` lists only "
+    "those not yet read.",
+)
+def list_notifications(
+    tenant: str,
+    request: Request,
+    edge: EdgeDep,
+    unread: str | None = None,
+    limit: str | None = None,
+    cursor: str | None = None,
+) -> dict[str, Any]:
+    principal = edge.principal(request, tenant)
+    query = notifications.ListNotifications(unread, parse_limit(limit), cursor)
+    return notifications.list_notifications(edge.services, principal, query)
+
+
+@router.post(
+    "/notifications/{notification_id}/read",
+    response_model=None,
+    responses=answers(200, Notification, _READ_MARK_ERRORS, mutation=True),
+    openapi_extra=mutation_doc(),
+    description="Sets `read_at` once (idempotent); another principal's notification is "
+    "404. " + IDEMPOTENCY_DOC,
+)
+def mark_notification_read(
+    tenant: str, notification_id: str, request: Request, edge: EdgeDep, raw: BodyDep
+) -> Response:
+    def build(principal: Principal) -> Mutation:
+        return notifications.mark_read(edge.services, principal, notification_id)
+
+    return run_mutation(edge, request, raw, tenant, build)

@@ -1,0 +1,204 @@
+"""A tenant's webhooks and their deliveries (API.md "Notifications and webhooks"); admins only."""
+
+from __future__ import annotations
+
+from typing import Annotated, Any
+
+from fastapi import APIRouter, Depends, Request, Security
+from fastapi.responses import Response
+
+from punctual.adapters.http.edge import Edge, load_json, parse_body, parse_limit, run_mutation
+from punctual.adapters.http.routes.common import (
+    BEARER,
+    IDEMPOTENCY_DOC,
+    get_edge,
+    mutation_doc,
+    raw_body,
+)
+from punctual.adapters.http.schemas import (
+    MUTATION_ERRORS,
+    READ_ERRORS,
+    CreateWebhookBody,
+    DeliveryPage,
+    PatchWebhookBody,
+    Queued,
+    Webhook,
+    WebhookPage,
+    answers,
+)
+from punctual.domain.permissions import Principal
+from punctual.errors import PunctualError, not_found
+from punctual.ports.store import Tx
+from punctual.usecases import webhooks
+from punctual.usecases.idempotency import Mutation, Outcome
+
+router = APIRouter(
+    prefix="/v1/tenants/{tenant}", tags=["webhooks"], dependencies=[Security(BEARER)]
+)
+EdgeDep = Annotated[Edge, Depends(get_edge)]
+BodyDep = Annotated[bytes, Depends(raw_body)]
+_ADMIN_READ_ERRORS = (*READ_ERRORS, 403)
+
+
+def _screening(edge: Edge, request: Request, tenant: str, raw: bytes) -> webhooks.Screening:
+    """Resolve the URL an admin sends before the transaction opens. Whatever is wrong
+    with the request is answered later by the mutation, in the contract's order."""
+    try:
+        principal = edge.principal(request, tenant)
+        data = load_json(raw)
+    except PunctualError:
+        return webhooks.Screening()
+    url = data.get("url") if isinstance(data, dict) else None
+    return webhooks.screen(edge.services, principal, [url])
+
+
+@router.post(
+    "/webhooks",
+    status_code=201,
+    response_model=None,
+    responses=answers(201, Webhook, MUTATION_ERRORS, mutation=True, description="Created"),
+    openapi_extra=mutation_doc(CreateWebhookBody),
+    description="Admin. The URL and the secret are stored encrypted; the secret is never "
+    "returned. " + IDEMPOTENCY_DOC,
+)
+def create_webhook(tenant: str, request: Request, edge: EdgeDep, raw: BodyDep) -> Response:
+    screening = _screening(edge, request, tenant, raw)
+
+    def build(principal: Principal) -> Mutation:
+        def mutation(tx: Tx, now: Any) -> Outcome:
+            body = parse_body(raw, CreateWebhookBody)
+            return webhooks.create(edge.services, principal, body.command(), screening)(tx, now)
+
+        return mutation
+
+    return run_mutation(edge, request, raw, tenant, build)
+
+
+@router.get(
+    "/webhooks",
+    response_model=None,
+    responses=answers(200, WebhookPage, _ADMIN_READ_ERRORS),
+    description="Admin. URLs are shown cut after their host.",
+)
+def list_webhooks(
+    tenant: str,
+    request: Request,
+    edge: EdgeDep,
+    limit: str | None = None,
+    cursor: str | None = None,
+) -> dict[str, Any]:
+    principal = edge.principal(request, tenant)
+    return webhooks.list_webhooks(edge.services, principal, parse_limit(limit), cursor)
+
+
+@router.get(
+    "/webhooks/{webhook_id}",
+    response_model=None,
+    responses=answers(200, Webhook, _ADMIN_READ_ERRORS),
+    description="Admin.",
+)
+def get_webhook(tenant: str, webhook_id: str, request: Request, edge: EdgeDep) -> dict[str, Any]:
+    return webhooks.get(edge.services, edge.principal(request, tenant), webhook_id)
+
+
+@router.patch(
+    "/webhooks/{webhook_id}",
+    response_model=None,
+    responses=answers(200, Webhook, MUTATION_ERRORS, mutation=True),
+    openapi_extra=mutation_doc(PatchWebhookBody),
+    description="Admin. Only the fields sent change; a new `secret` rotates it and "
+    '`"secret": null` removes it. ' + IDEMPOTENCY_DOC,
+)
+def patch_webhook(
+    tenant: str, webhook_id: str, request: Request, edge: EdgeDep, raw: BodyDep
+) -> Response:
+    screening = _screening(edge, request, tenant, raw)
+
+    def build(principal: Principal) -> Mutation:
+        def mutation(tx: Tx, now: Any) -> Outcome:
+            if tx.webhooks.get(principal.tenant, webhook_id) is None:
+                raise not_found("webhook", webhook_id)  # before the body is looked at
+            body = parse_body(raw, PatchWebhookBody)
+            command = body.command(webhook_id)
+            return webhooks.update(edge.services, principal, command, screening)(tx, now)
+
+        return mutation
+
+    return run_mutation(edge, request, raw, tenant, build)
+
+
+@router.delete(
+    "/webhooks/{webhook_id}",
+    status_code=204,
+    response_model=None,
+    responses=answers(204, None, MUTATION_ERRORS, mutation=True, description="Deleted"),
+    openapi_extra=mutation_doc(),
+    description="Admin. Its pending deliveries end `failed`. " + IDEMPOTENCY_DOC,
+)
+def delete_webhook(
+    tenant: str, webhook_id: str, request: Request, edge: EdgeDep, raw: BodyDep
+) -> Response:
+    def build(principal: Principal) -> Mutation:
+        return webhooks.delete(edge.services, principal, webhook_id)
+
+    return run_mutation(edge, request, raw, tenant, build)
+
+
+@router.post(
+    "/webhooks/{webhook_id}/test",
+    status_code=202,
+    response_model=None,
+    responses=answers(202, Queued, MUTATION_ERRORS, mutation=True, description="Queued"),
+    openapi_extra=mutation_doc(),
+    description="Admin. Queues a `test` event to this webhook only. " + IDEMPOTENCY_DOC,
+)
+def test_webhook(
+    tenant: str, webhook_id: str, request: Request, edge: EdgeDep, raw: BodyDep
+) -> Response:
+    def build(principal: Principal) -> Mutation:
+        return webhooks.send_test(edge.services, principal, webhook_id)
+
+    return run_mutation(edge, request, raw, tenant, build)
+
+
+@router.get(
+    "/webhooks/{webhook_id}/deliveries",
+    response_model=None,
+    responses=answers(200, DeliveryPage, _ADMIN_READ_ERRORS),
+    description="Admin. Newest first.",
+)
+def list_deliveries(
+    tenant: str,
+    webhook_id: str,
+    request: Request,
+    edge: EdgeDep,
+    limit: str | None = None,
+    cursor: str | None = None,
+) -> dict[str, Any]:
+    principal = edge.principal(request, tenant)
+    return webhooks.list_deliveries(
+        edge.services, principal, webhook_id, parse_limit(limit), cursor
+    )
+
+
+@router.post(
+    "/webhooks/{webhook_id}/deliveries/{delivery_id}/redeliver",
+    status_code=202,
+    response_model=None,
+    responses=answers(202, Queued, MUTATION_ERRORS, mutation=True, description="Queued"),
+    openapi_extra=mutation_doc(),
+    description="Admin. A new delivery of the same event, with the same `event_id`. "
+    + IDEMPOTENCY_DOC,
+)
+def redeliver(
+    tenant: str,
+    webhook_id: str,
+    delivery_id: str,
+    request: Request,
+    edge: EdgeDep,
+    raw: BodyDep,
+) -> Response:
+    def build(principal: Principal) -> Mutation:
+        return webhooks.redeliver(edge.services, principal, webhook_id, delivery_id)
+
+    return run_mutation(edge, request, raw, tenant, build)
