@@ -14,6 +14,7 @@ import dataclasses
 import hashlib
 import hmac
 import json
+import logging
 import threading
 import time
 from collections.abc import Iterator
@@ -159,6 +160,24 @@ def test_a_regression_reaches_the_receiver_signed_and_marked_delivered(rig: Rig)
     assert delivered.data["event_id"] == event_id
     assert delivered.data["attempts"] == 1
     assert delivered.data["status_code"] == 200
+
+
+def test_no_log_line_carries_the_url_path_or_query(
+    rig: Rig, caplog: pytest.LogCaptureFixture
+) -> None:
+    """The HTTP library logs request lines with the full URL; a webhook's path is its
+    credential, so nothing at any level may show it (API.md "Notifications and webhooks")."""
+    caplog.set_level(logging.DEBUG)
+    with receiving() as receiver:
+        _webhook(rig, receiver.url(HOOK_PATH))
+        _regression(rig)
+        assert deliver_due(rig.services).delivered == 1
+        receiver.answer(500)
+        _regression(rig)
+        assert deliver_due(rig.services).delivered == 0
+    assert caplog.records, "the deliveries logged nothing at all: the check would be empty"
+    for record in caplog.records:
+        _no_url_pieces(record.getMessage())
 
 
 def test_without_a_secret_no_signature_is_sent(rig: Rig) -> None:

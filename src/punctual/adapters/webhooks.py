@@ -41,6 +41,11 @@ from punctual.ports.webhooks import SendResult
 
 log = logging.getLogger("punctual.webhooks")
 
+# httpx logs every request line at INFO and httpcore every step at DEBUG, both with the full
+# URL: a webhook's path is its credential (Slack, Mattermost), so neither may reach the logs.
+for _chatty in ("httpx", "httpcore"):
+    logging.getLogger(_chatty).setLevel(logging.WARNING)
+
 _T = TypeVar("_T")
 
 Resolver = Callable[[str, int], Sequence[str]]
