@@ -1,0 +1,65 @@
+"""``punctual retention``: what retention sweeps would remove (SPEC RT-1), a host command.
+
+``plan`` is the dry run of the next sweep: per tenant and kind, how many records are past
+their window and covered by no hold, counted in the store as it stands; nothing is
+removed. Exit codes: 0 success, 2 configuration error, 3 unknown tenant, 5 the database
+is unavailable.
+"""
+
+from __future__ import annotations
+
+import json
+from typing import Annotated, Any
+
+import typer
+
+from punctual import bootstrap
+from punctual.domain.retention import RecordKind
+from punctual.domain.timeutil import to_rfc3339
+from punctual.errors import ConfigurationError, Unavailable
+from punctual.settings import load_settings
+from punctual.usecases import retention
+
+retention_app = typer.Typer(help="Retention of terminal records (dry run).", no_args_is_help=True)
+
+
+@retention_app.command("plan")
+def plan(
+    tenant: Annotated[str | None, typer.Option(help="Only this tenant.")] = None,
+    as_json: Annotated[bool, typer.Option("--json", help="Machine-readable output.")] = False,
+    config: Annotated[str | None, typer.Option("--config", help="TOML configuration file.")] = None,
+    database_url: Annotated[
+        str | None, typer.Option("--database-url", help="Overrides database_url.")
+    ] = None,
+) -> None:
+    """Print what the next sweep would remove, per tenant and kind, removing nothing."""
+    try:
+        settings = load_settings(config, database_url=database_url)
+        system = bootstrap.build(settings)
+    except ConfigurationError as exc:
+        typer.echo(f"error: {exc}", err=True)
+        raise typer.Exit(2) from exc
+    try:
+        if tenant is not None:
+            with system.store.transaction(readonly=True) as tx:
+                known = tx.identity.tenant_exists(tenant)
+            if not known:
+                typer.echo(f"error: not_found: tenant {tenant} does not exist", err=True)
+                raise typer.Exit(3)
+        at = system.services.clock.now()
+        counts = retention.plan(system.services, bootstrap.retention_policy(settings), tenant, at)
+    except Unavailable as exc:
+        typer.echo(f"error: {exc.code}: {exc}", err=True)
+        raise typer.Exit(5) from exc
+    finally:
+        system.close()
+    totals = {kind.value: sum(c[kind.value] for c in counts.values()) for kind in RecordKind}
+    if as_json:
+        report: dict[str, Any] = {"at": to_rfc3339(at), "tenants": counts, "total": totals}
+        typer.echo(json.dumps(report, indent=2))
+        return
+    lines = [f"{'tenant':<24} {'kind':<22} {'would remove':>12}"]
+    for name, kinds in counts.items():
+        lines += [f"{name:<24} {kind:<22} {n:>12}" for kind, n in kinds.items() if n]
+    lines.append(f"{'(all)':<24} {'total':<22} {sum(totals.values()):>12}")
+    typer.echo("\n".join(lines))
