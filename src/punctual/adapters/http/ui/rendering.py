@@ -1,0 +1,145 @@
+"""Templates, filters and the headers every operator page carries."""
+
+from __future__ import annotations
+
+import json
+from datetime import datetime
+from pathlib import Path
+from typing import Any
+from urllib.parse import quote
+
+import jinja2
+from fastapi.templating import Jinja2Templates
+from starlette.datastructures import MutableHeaders
+from starlette.types import ASGIApp, Message, Receive, Scope, Send
+
+from punctual.adapters.http.ui import timeline
+
+HERE = Path(__file__).parent
+STATIC_DIR = HERE / "static"
+PREFIX = "/ui"
+CONTENT_SECURITY_POLICY = "default-src 'self'; frame-ancestors 'none'"
+_RESULT_SHOWN_CHARS = 20_000
+_DST_TEXT = {
+    "gap_shifted": "DST: moved to the end of a gap",
+    "gap_skipped": "DST: skipped, the time did not exist",
+    "overlap_second": "DST: second pass of a repeated hour",
+}
+
+
+def is_page_path(path: str) -> bool:
+    return path == PREFIX or path.startswith(PREFIX + "/")
+
+
+class PageHeaders:
+    """Adds the operator page's security headers to every response under ``/ui``.
+
+    The policy allows this origin's files only: no inline script or style, no frames,
+    so an injected tag can neither run nor load anything (API.md "The operator page").
+    Pages are not cached: they show a tenant's data and must be gone after sign-out.
+    """
+
+    def __init__(self, app: ASGIApp) -> None:
+        self.app = app
+
+    async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
+        if scope["type"] != "http" or not is_page_path(scope["path"]):
+            await self.app(scope, receive, send)
+            return
+        static = scope["path"].startswith(PREFIX + "/static/")
+
+        async def send_with_headers(message: Message) -> None:
+            if message["type"] == "http.response.start":
+                headers = MutableHeaders(scope=message)
+                headers["Content-Security-Policy"] = CONTENT_SECURITY_POLICY
+                headers["X-Content-Type-Options"] = "nosniff"
+                headers["X-Frame-Options"] = "DENY"
+                headers["Referrer-Policy"] = "same-origin"
+                if not static:
+                    headers["Cache-Control"] = "no-store"
+            await send(message)
+
+        await self.app(scope, receive, send_with_headers)
+
+
+def segment(value: Any) -> str:
+    """A value quoted as one path segment."""
+    return quote(str(value), safe="")
+
+
+def utc_text(value: str | None) -> str:
+    """``2026-03-08T05:30:00.000Z`` as ``2026-03-08 05:30:00 UTC``."""
+    if not value:
+        return "—"
+    try:
+        parsed = datetime.fromisoformat(value.replace("Z", "+00:00"))
+    except ValueError:
+        return value
+    return parsed.strftime("%Y-%m-%d %H:%M:%S UTC")
+
+
+def local_text(value: str | None) -> str:
+    """A local time with its offset, as ``2027-03-14 03:00 (UTC-04:00)``; a wall time
+    (the nominal time an expression named) has none."""
+    if not value:
+        return "—"
+    try:
+        parsed = datetime.fromisoformat(value)
+    except ValueError:
+        return value
+    shown = parsed.strftime("%Y-%m-%d %H:%M")
+    offset = parsed.strftime("%z")
+    return f"{shown} (UTC{offset[:3]}:{offset[3:]})" if offset else shown
+
+
+def dst_text(adjustment: str | None) -> str:
+    return _DST_TEXT.get(adjustment or "", "")
+
+
+def pretty_json(value: Any) -> str:
+    text = json.dumps(value, indent=2, ensure_ascii=False, sort_keys=True)
+    if len(text) > _RESULT_SHOWN_CHARS:
+        return text[:_RESULT_SHOWN_CHARS] + "\n… (cut; the full value is in GET /v1/…/runs/{id})"
+    return text
+
+
+def spec_text(spec: dict[str, Any]) -> str:
+    if "cron" in spec:
+        return f"cron {spec['cron']} in {spec.get('time_zone') or 'UTC'}"
+    seconds = spec["interval_ms"] / 1000
+    return f"every {seconds:g} s"
+
+
+def _environment() -> jinja2.Environment:
+    env = jinja2.Environment(
+        loader=jinja2.FileSystemLoader(HERE / "templates"),
+        autoescape=True,
+        undefined=jinja2.StrictUndefined,
+        trim_blocks=True,
+        lstrip_blocks=True,
+    )
+    env.filters.update(
+        segment=segment,
+        utc=utc_text,
+        local=local_text,
+        dst=dst_text,
+        pretty_json=pretty_json,
+        spec=spec_text,
+    )
+    env.globals.update(prefix=PREFIX, legend=timeline.legend(), timeline_geometry=_geometry())
+    return env
+
+
+def _geometry() -> dict[str, Any]:
+    return {
+        "width": timeline.WIDTH,
+        "height": timeline.HEIGHT,
+        "left": timeline.PLOT_LEFT,
+        "right": timeline.PLOT_RIGHT,
+        "axis_y": timeline.AXIS_Y,
+        "lanes": [(timeline.LANE_LABELS[lane], y) for lane, y in timeline.LANE_Y.items()],
+        "range": timeline.RANGE,
+    }
+
+
+templates = Jinja2Templates(env=_environment())

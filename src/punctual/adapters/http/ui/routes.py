@@ -1,0 +1,631 @@
+"""The operator page's routes: sign-in, a tenant's schedules, starts, runs and health.
+
+The page is an HTTP adapter beside the JSON routes and calls the same use cases with the
+same principal, so permissions, validation and projections (which never carry workflow
+input) are the API's. It never accepts a bearer header and ``/v1`` never reads its cookie.
+Mutations (acknowledging a finding) run under the idempotency key the form was rendered
+with, so pressing the button twice, or resending the form, decides once.
+"""
+
+from __future__ import annotations
+
+import logging
+import secrets
+from collections.abc import Callable
+from dataclasses import dataclass
+from datetime import datetime, timedelta
+from typing import Annotated, Any
+from urllib.parse import parse_qsl
+
+from fastapi import APIRouter, Depends, Request
+from fastapi.responses import RedirectResponse, Response
+
+from punctual.adapters.http.edge import Edge, fingerprint_of, valid_key
+from punctual.adapters.http.errors import GENERIC_MESSAGES, status_for
+from punctual.adapters.http.routes.common import get_edge, raw_body
+from punctual.adapters.http.ui import timeline
+from punctual.adapters.http.ui.rendering import PREFIX, segment, templates
+from punctual.adapters.http.ui.session import (
+    COOKIE_PATH,
+    SESSION_COOKIE,
+    SESSION_LIFETIME,
+    SIGN_IN_COOKIE,
+    SIGN_IN_LIFETIME,
+    Sealer,
+    Session,
+    is_binding,
+    new_binding,
+)
+from punctual.domain.permissions import Action, Principal, allowed
+from punctual.domain.timeutil import parse_rfc3339
+from punctual.errors import BadRequest, NotFound, PunctualError, Unauthenticated
+from punctual.usecases import audit, health, identity, runs, schedules, starts
+from punctual.usecases.idempotency import IdempotentRequest, RecordedError
+
+log = logging.getLogger("punctual.http.ui")
+
+router = APIRouter(prefix=PREFIX, include_in_schema=False)
+EdgeDep = Annotated[Edge, Depends(get_edge)]
+BodyDep = Annotated[bytes, Depends(raw_body)]
+
+PAGE_SIZE = 50
+SCAN_PAGE_SIZE = 100
+SCAN_PAGES = 100
+"""The timeline reads at most this many pages of occurrences (10,000 rows)."""
+_MAX_FORM_FIELDS = 20
+_ACKNOWLEDGE_ROUTE = PREFIX + "/t/{tenant}/health/findings/{finding_id}/acknowledge"
+_TITLES = {
+    400: "The request was not understood",
+    401: "Not signed in",
+    403: "Not allowed",
+    404: "Not found",
+    409: "Conflict",
+    413: "Too large",
+    422: "Not valid",
+    429: "Too many requests",
+    503: "Unavailable",
+}
+
+
+@dataclass(frozen=True)
+class Visitor:
+    """A signed-in operator: the token's principal and the session it signed in with."""
+
+    principal: Principal
+    session: Session
+
+    @property
+    def may_operate(self) -> bool:
+        return allowed(self.principal, Action.OPERATE)
+
+
+# --------------------------------------------------------------------------- plumbing
+
+
+def _now(edge: Edge) -> datetime:
+    return edge.services.clock.now()
+
+
+def _sealer(edge: Edge) -> Sealer:
+    return Sealer(edge.services.codec)
+
+
+def _new_key() -> str:
+    return "ui-" + secrets.token_urlsafe(18)
+
+
+def _cookie(request: Request, name: str, value: str, max_age: int) -> str:
+    secure = "; Secure" if request.url.scheme == "https" else ""
+    attributes = f"Path={COOKIE_PATH}; Max-Age={max_age}; HttpOnly; SameSite=Strict{secure}"
+    return f"{name}={value}; {attributes}"
+
+
+def _set_cookie(response: Response, request: Request, name: str, value: str, max_age: int) -> None:
+    response.headers.append("set-cookie", _cookie(request, name, value, max_age))
+
+
+def _clear_cookie(response: Response, request: Request, name: str) -> None:
+    response.headers.append("set-cookie", _cookie(request, name, "", 0))
+
+
+def _redirect(url: str) -> RedirectResponse:
+    return RedirectResponse(url, status_code=303)
+
+
+def _to_sign_in(request: Request) -> Response:
+    response = _redirect(PREFIX + "/")
+    if SESSION_COOKIE in request.cookies:
+        _clear_cookie(response, request, SESSION_COOKIE)
+    return response
+
+
+def _visitor(request: Request, edge: Edge) -> Visitor | None:
+    """The session's principal, looked up by its token's digest on every request."""
+    now = _now(edge)
+    session = _sealer(edge).open_session(request.cookies.get(SESSION_COOKIE), now)
+    if session is None:
+        return None
+    with edge.services.store.transaction(readonly=True) as tx:
+        principal = tx.identity.principal_for_digest(session.token_digest, now)
+    if principal is None or principal.tenant != session.tenant:
+        return None
+    return Visitor(principal, session)
+
+
+def _form(request: Request, raw: bytes) -> dict[str, str]:
+    """The fields of a form post; an empty body has none (its CSRF check then refuses it)."""
+    if not raw:
+        return {}
+    content_type = request.headers.get("content-type", "").split(";")[0].strip().lower()
+    if content_type != "application/x-www-form-urlencoded":
+        raise BadRequest("the page's forms send application/x-www-form-urlencoded bodies")
+    try:
+        fields = parse_qsl(
+            raw.decode("utf-8"),
+            keep_blank_values=True,
+            strict_parsing=False,
+            max_num_fields=_MAX_FORM_FIELDS,
+        )
+    except (UnicodeDecodeError, ValueError):
+        raise BadRequest("the form's body could not be read; reload the page") from None
+    return dict(fields)
+
+
+def _render(
+    request: Request,
+    edge: Edge,
+    name: str,
+    context: dict[str, Any],
+    visitor: Visitor | None,
+    status: int = 200,
+) -> Response:
+    now = _now(edge)
+    common: dict[str, Any] = {"visitor": visitor, "now": now, "form_key": _new_key}
+    if visitor is not None:
+        common.update(
+            tenant=visitor.principal.tenant,
+            csrf_token=_sealer(edge).csrf_token(visitor.session.csrf_binding, now),
+        )
+    common.update(context)
+    return templates.TemplateResponse(request, name, common, status_code=status)
+
+
+def _error_page(
+    request: Request, edge: Edge, visitor: Visitor | None, status: int, code: str, message: str
+) -> Response:
+    context = {
+        "status": status,
+        "title": _TITLES.get(status, "Something went wrong"),
+        "code": code,
+        "message": GENERIC_MESSAGES.get(code, message),
+    }
+    return _render(request, edge, "error.html", context, visitor, status)
+
+
+def _failure(request: Request, edge: Edge, visitor: Visitor | None, exc: Exception) -> Response:
+    """An error as a page of its own, with the page's headers (not the API's JSON)."""
+    if isinstance(exc, PunctualError):
+        status, code, message = status_for(exc), exc.code, exc.message
+        if code in GENERIC_MESSAGES:
+            log.warning("event=ui_unavailable code=%s detail=%s", code, message)
+    else:
+        log.error("event=ui_unexpected_error path=%s", request.url.path, exc_info=exc)
+        status, code = 500, "internal_error"
+        message = "punctual hit an unexpected error; it was logged"
+    try:
+        return _error_page(request, edge, visitor, status, code, message)
+    except PunctualError:  # the session's CSRF token cannot be sealed (codec refusing)
+        return _error_page(request, edge, None, status, code, message)
+
+
+def _answer(request: Request, edge: Edge, handle: Callable[[], Response]) -> Response:
+    """Run a handler that needs no session; its errors become pages."""
+    try:
+        return handle()
+    except Exception as exc:
+        return _failure(request, edge, None, exc)
+
+
+def _page(
+    request: Request,
+    edge: Edge,
+    tenant: str | None,
+    build: Callable[[Visitor], Response],
+) -> Response:
+    """Sign-in check, tenant check (None: any page of the session's tenant), then the page;
+    errors become pages of their own."""
+    visitor: Visitor | None = None
+    try:
+        visitor = _visitor(request, edge)
+        if visitor is None:
+            return _to_sign_in(request)
+        if tenant is not None and visitor.principal.tenant != tenant:
+            # Another tenant's pages do not exist for this principal (SEC-2).
+            raise NotFound(f"tenant {tenant} does not exist")
+        return build(visitor)
+    except Unauthenticated:
+        return _to_sign_in(request)
+    except Exception as exc:
+        return _failure(request, edge, visitor, exc)
+
+
+# --------------------------------------------------------------------------- sign-in
+
+
+@router.get("/")
+def sign_in_form(request: Request, edge: EdgeDep) -> Response:
+    def handle() -> Response:
+        visitor = _visitor(request, edge)
+        if visitor is not None:
+            return _redirect(f"{PREFIX}/t/{segment(visitor.principal.tenant)}/schedules")
+        return _sign_in_page(request, edge, error=None, tenant="", status=200)
+
+    return _answer(request, edge, handle)
+
+
+def _sign_in_page(
+    request: Request, edge: Edge, *, error: str | None, tenant: str, status: int
+) -> Response:
+    """The form, bound to a ``SameSite=Strict`` sign-in cookie so that another site cannot
+    sign a browser in with a token of its choosing (login CSRF)."""
+    binding = request.cookies.get(SIGN_IN_COOKIE) or ""
+    if not is_binding(binding):
+        binding = new_binding()
+    context = {
+        "sign_in_csrf": _sealer(edge).csrf_token(binding, _now(edge)),
+        "error": error,
+        "tenant_value": tenant,
+    }
+    response = _render(request, edge, "sign_in.html", context, None, status)
+    _set_cookie(response, request, SIGN_IN_COOKIE, binding, int(SIGN_IN_LIFETIME.total_seconds()))
+    if SESSION_COOKIE in request.cookies:
+        _clear_cookie(response, request, SESSION_COOKIE)
+    return response
+
+
+@router.get("/sign-in")
+def sign_in_get() -> Response:
+    return _redirect(PREFIX + "/")
+
+
+@router.post("/sign-in")
+def sign_in(request: Request, edge: EdgeDep, raw: BodyDep) -> Response:
+    """Verify the token as ``/v1`` does, then keep its digest in a sealed session cookie."""
+
+    def handle() -> Response:
+        now = _now(edge)
+        sealer = _sealer(edge)
+        form = _form(request, raw)
+        sealer.check_csrf(form.get("csrf_token"), request.cookies.get(SIGN_IN_COOKIE), now)
+        token = form.get("token", "").strip()
+        tenant = form.get("tenant", "").strip()
+        try:
+            principal = identity.authenticate(edge.services, token or None)
+            if tenant and tenant != principal.tenant:
+                raise Unauthenticated("the token is not one of that tenant's")
+        except Unauthenticated:
+            message = (
+                "That token is unknown, revoked or expired, or it is not one of that tenant's."
+            )
+            return _sign_in_page(request, edge, error=message, tenant=tenant, status=401)
+        session = Session(
+            token_digest=identity.digest(token),
+            tenant=principal.tenant,
+            csrf_binding=new_binding(),
+            expires_at=now + SESSION_LIFETIME,
+        )
+        response = _redirect(f"{PREFIX}/t/{segment(principal.tenant)}/schedules")
+        lifetime = int(SESSION_LIFETIME.total_seconds())
+        _set_cookie(response, request, SESSION_COOKIE, sealer.seal_session(session), lifetime)
+        _clear_cookie(response, request, SIGN_IN_COOKIE)
+        log.info("event=ui_signed_in tenant=%s subject=%s", principal.tenant, principal.subject)
+        return response
+
+    return _answer(request, edge, handle)
+
+
+@router.post("/sign-out")
+def sign_out(request: Request, edge: EdgeDep, raw: BodyDep) -> Response:
+    """Clear the cookie; with a live session only on a form of that session (CSRF)."""
+
+    def handle() -> Response:
+        visitor = _visitor(request, edge)
+        if visitor is not None:
+            form = _form(request, raw)
+            _sealer(edge).check_csrf(
+                form.get("csrf_token"), visitor.session.csrf_binding, _now(edge)
+            )
+        response = _redirect(PREFIX + "/")
+        _clear_cookie(response, request, SESSION_COOKIE)
+        return response
+
+    return _answer(request, edge, handle)
+
+
+# --------------------------------------------------------------------------- pages
+
+
+@router.get("/t/{tenant}")
+def tenant_home(tenant: str, request: Request, edge: EdgeDep) -> Response:
+    return _page(
+        request,
+        edge,
+        tenant,
+        lambda visitor: _redirect(f"{PREFIX}/t/{segment(tenant)}/schedules"),
+    )
+
+
+def _upcoming(view: dict[str, Any]) -> list[dict[str, Any]]:
+    """The schedule's next fire times with their local time and DST note: the preview of
+    its spec from just before the first of them, so both name the same instants."""
+    fire_times: list[str] = view["next_fire_times"]
+    notes: dict[str, dict[str, Any]] = {}
+    if "cron" in view["spec"] and fire_times:
+        after = parse_rfc3339(fire_times[0]) - timedelta(milliseconds=1)
+        try:
+            preview = schedules.preview(view["spec"], after, len(fire_times))
+        except (PunctualError, OverflowError):
+            preview = {"items": []}
+        notes = {item["fire_at"]: item for item in preview["items"]}
+    return [
+        {
+            "at": at,
+            "local": notes.get(at, {}).get("local"),
+            "nominal": notes.get(at, {}).get("nominal"),
+            "dst_adjustment": notes.get(at, {}).get("dst_adjustment"),
+        }
+        for at in fire_times
+    ]
+
+
+def _schedule_state(view: dict[str, Any]) -> str:
+    state = view.get("state")
+    if isinstance(state, str):
+        return state
+    return "active" if view["enabled"] else "paused"
+
+
+@router.get("/t/{tenant}/schedules")
+def schedules_page(
+    tenant: str, request: Request, edge: EdgeDep, cursor: str | None = None
+) -> Response:
+    def build(visitor: Visitor) -> Response:
+        listed = schedules.list_schedules(edge.services, visitor.principal, PAGE_SIZE, cursor)
+        rows = [
+            {
+                "view": view,
+                "state": _schedule_state(view),
+                "upcoming": _upcoming(view),
+            }
+            for view in listed["items"]
+        ]
+        context = {
+            "section": "schedules",
+            "rows": rows,
+            "next_cursor": listed["next_cursor"],
+            "paged": cursor is not None,
+        }
+        return _render(request, edge, "schedules.html", context, visitor)
+
+    return _page(request, edge, tenant, build)
+
+
+def _recent_occurrences(
+    edge: Edge, principal: Principal, schedule_id: str, since: datetime
+) -> tuple[list[dict[str, Any]], bool]:
+    """The occurrences whose time (or range) reaches into the window, and whether the scan
+    stopped at its bound before the end of the list."""
+    found: list[dict[str, Any]] = []
+    cursor: str | None = None
+    for _ in range(SCAN_PAGES):
+        query = schedules.ListOccurrences(schedule_id, None, SCAN_PAGE_SIZE, cursor)
+        page = schedules.list_occurrences(edge.services, principal, query)
+        found.extend(o for o in page["items"] if timeline.reaches(o, since))
+        cursor = page["next_cursor"]
+        if cursor is None:
+            return found, False
+    return found, True
+
+
+@router.get("/t/{tenant}/schedules/{schedule_id}")
+def schedule_page(tenant: str, schedule_id: str, request: Request, edge: EdgeDep) -> Response:
+    def build(visitor: Visitor) -> Response:
+        view = schedules.get(edge.services, visitor.principal, schedule_id)
+        now = _now(edge)
+        recent, truncated = _recent_occurrences(
+            edge, visitor.principal, schedule_id, now - timeline.WINDOW
+        )
+        context = {
+            "section": "schedules",
+            "schedule": view,
+            "state": _schedule_state(view),
+            "upcoming": _upcoming(view),
+            "timeline": timeline.build(recent, now, truncated=truncated),
+            "close_up": timeline.build(recent, now, window=timeline.CLOSE_UP),
+        }
+        return _render(request, edge, "schedule.html", context, visitor)
+
+    return _page(request, edge, tenant, build)
+
+
+@router.get("/t/{tenant}/starts")
+def starts_page(
+    tenant: str,
+    request: Request,
+    edge: EdgeDep,
+    state: str | None = None,
+    workflow: str | None = None,
+    business_request_id: str | None = None,
+    cursor: str | None = None,
+) -> Response:
+    filters = {
+        "state": state or None,
+        "workflow": workflow or None,
+        "business_request_id": business_request_id or None,
+    }
+
+    def build(visitor: Visitor) -> Response:
+        query = starts.ListStarts(limit=PAGE_SIZE, cursor=cursor, **filters)
+        listed = starts.list_starts(edge.services, visitor.principal, query)
+        context = {
+            "section": "starts",
+            "items": listed["items"],
+            "next_cursor": listed["next_cursor"],
+            "filters": filters,
+            "states": ["scheduled", "dispatching", "dispatched", "failed", "canceled"],
+            "paged": cursor is not None,
+        }
+        return _render(request, edge, "starts.html", context, visitor)
+
+    return _page(request, edge, tenant, build)
+
+
+@router.get("/t/{tenant}/starts/{start_id}")
+def start_page(tenant: str, start_id: str, request: Request, edge: EdgeDep) -> Response:
+    def build(visitor: Visitor) -> Response:
+        view = starts.get(edge.services, visitor.principal, start_id)
+        context = {"section": "starts", "start": view}
+        return _render(request, edge, "start.html", context, visitor)
+
+    return _page(request, edge, tenant, build)
+
+
+@router.get("/t/{tenant}/runs")
+def runs_page(
+    tenant: str,
+    request: Request,
+    edge: EdgeDep,
+    state: str | None = None,
+    workflow: str | None = None,
+    cursor: str | None = None,
+) -> Response:
+    filters = {"state": state or None, "workflow": workflow or None}
+
+    def build(visitor: Visitor) -> Response:
+        query = runs.ListRuns(limit=PAGE_SIZE, cursor=cursor, **filters)
+        listed = runs.list_runs(edge.services, visitor.principal, query)
+        context = {
+            "section": "runs",
+            "items": listed["items"],
+            "next_cursor": listed["next_cursor"],
+            "filters": filters,
+            "states": [
+                "pending",
+                "running",
+                "completed",
+                "failed",
+                "canceled",
+                "terminated",
+                "timed_out",
+            ],
+            "paged": cursor is not None,
+        }
+        return _render(request, edge, "runs.html", context, visitor)
+
+    return _page(request, edge, tenant, build)
+
+
+@router.get("/t/{tenant}/runs/{run_id}")
+def run_page(tenant: str, run_id: str, request: Request, edge: EdgeDep) -> Response:
+    def build(visitor: Visitor) -> Response:
+        view = runs.get(edge.services, visitor.principal, run_id)
+        context = {"section": "runs", "run": view}
+        return _render(request, edge, "run.html", context, visitor)
+
+    return _page(request, edge, tenant, build)
+
+
+def _health_page(
+    request: Request,
+    edge: Edge,
+    visitor: Visitor,
+    *,
+    notice: str | None = None,
+    acknowledged: str | None = None,
+    retry_keys: dict[str, str] | None = None,
+    status: int = 200,
+) -> Response:
+    report = health.report(edge.services, visitor.principal)
+    with edge.services.store.transaction(readonly=True) as tx:
+        # Host-wide findings (an engine outage) are in every tenant's report, but they are
+        # the host's: no tenant acknowledges them, so they get no button.
+        host_findings = {f.id for f in tx.findings.latest(health.HOST, health.FINDING_LIST_LIMIT)}
+    if acknowledged and any(
+        f["id"] == acknowledged and f["acknowledged"] for f in report["findings"]
+    ):
+        notice = f"Finding {acknowledged} is acknowledged."
+    context = {
+        "section": "health",
+        "report": report,
+        "notice": notice,
+        "retry_keys": retry_keys or {},
+        "host_findings": host_findings,
+    }
+    return _render(request, edge, "health.html", context, visitor, status)
+
+
+@router.get("/t/{tenant}/health")
+def health_page(
+    tenant: str, request: Request, edge: EdgeDep, acknowledged: str | None = None
+) -> Response:
+    def build(visitor: Visitor) -> Response:
+        return _health_page(request, edge, visitor, acknowledged=acknowledged)
+
+    return _page(request, edge, tenant, build)
+
+
+@router.post("/t/{tenant}/health/findings/{finding_id}/acknowledge")
+def acknowledge_finding(
+    tenant: str, finding_id: str, request: Request, edge: EdgeDep, raw: BodyDep
+) -> Response:
+    """Acknowledge under the key the form was rendered with (replayed if sent again)."""
+
+    def build(visitor: Visitor) -> Response:
+        form = _form(request, raw)
+        _sealer(edge).check_csrf(form.get("csrf_token"), visitor.session.csrf_binding, _now(edge))
+        key = form.get("idempotency_key", "")
+        if not valid_key(key):
+            raise BadRequest(
+                "the form's idempotency key is missing or malformed; reload the page",
+                code="idempotency_key_required",
+            )
+        principal = visitor.principal
+        path = {"tenant": tenant, "finding_id": finding_id}
+        claim = IdempotentRequest(
+            principal.tenant,
+            principal.subject,
+            key,
+            fingerprint_of("POST", _ACKNOWLEDGE_ROUTE, path, [], ""),
+        )
+        # The audit log (CR-8) names the same action as the JSON route, from this path,
+        # and the token the session signed in with.
+        audit.serving(
+            audit.AuditedRequest(
+                tenant=principal.tenant,
+                actor=principal.subject,
+                token_digest=visitor.session.token_digest,
+                action="acknowledge_finding",
+                method="POST",
+                path=request.url.path,
+                subject_kind="finding",
+                subject_id=finding_id,
+            )
+        )
+        try:
+            outcome = edge.mutations.run(
+                claim, health.acknowledge(edge.services, principal, finding_id)
+            )
+        except RecordedError as recorded:
+            error = (recorded.body or {}).get("error", {})
+            return _error_page(
+                request,
+                edge,
+                visitor,
+                recorded.status,
+                str(error.get("code", "error")),
+                str(error.get("message", "")),
+            )
+        if outcome.status == 202:
+            return _health_page(
+                request,
+                edge,
+                visitor,
+                notice=f"Acknowledging finding {finding_id} is still being recorded; "
+                "press Acknowledge again to see the outcome.",
+                retry_keys={finding_id: key},
+                status=202,
+            )
+        return _redirect(f"{PREFIX}/t/{segment(tenant)}/health?acknowledged={segment(finding_id)}")
+
+    return _page(request, edge, tenant, build)
+
+
+@router.get("/{rest:path}")
+def unknown_page(rest: str, request: Request, edge: EdgeDep) -> Response:
+    """Unknown pages: the sign-in form without a session, a page of its own with one."""
+    del rest
+
+    def build(visitor: Visitor) -> Response:
+        raise NotFound("There is no such page.")
+
+    return _page(request, edge, None, build)

@@ -1,0 +1,449 @@
+"""``punctual schedules`` over HTTP (SPEC IF-3, RS-9): create, read, pause, resume, delete,
+occurrences, preview, trigger, backfill, and ``apply`` of a file of schedules
+(``punctual.cli.apply``). The shared options, output and exit codes are in
+``punctual.cli.remote``.
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Annotated, Any
+
+import typer
+
+from punctual.cli import apply
+from punctual.cli.remote import (
+    DEFAULT_URL,
+    EXIT_INVALID,
+    CursorOpt,
+    JsonOpt,
+    KeyOpt,
+    LimitOpt,
+    Remote,
+    TenantOpt,
+    TokenOpt,
+    UrlOpt,
+    VersionOpt,
+    block,
+    emit,
+    emit_json,
+    fail,
+    last_error,
+    mutation_key,
+    parse_json,
+    session,
+    table,
+    when,
+)
+from punctual.resources import CronSpec, Fire, Occurrence, Schedule
+
+schedules_app = typer.Typer(help="Recurring schedules (over HTTP).", no_args_is_help=True)
+
+ScheduleIdArg = Annotated[str, typer.Argument(help="The schedule's id.", show_default=False)]
+
+
+def spec_text(schedule: Schedule) -> str:
+    spec = schedule.spec
+    if isinstance(spec, CronSpec):
+        return f"cron {spec.cron!r} in {spec.time_zone}"
+    starts = f" from {when(spec.starts_at)}" if spec.starts_at else ""
+    return f"every {spec.interval_ms} ms{starts}"
+
+
+def schedule_line(schedule: Schedule) -> str:
+    upcoming = schedule.next_fire_times[0] if schedule.next_fire_times else None
+    return (
+        f"{schedule.id}  {schedule.state:<7} {schedule.name:<24} next: {when(upcoming)}  "
+        f"last: {schedule.last_status or '-'}"
+    )
+
+
+def schedule_block(schedule: Schedule) -> list[str]:
+    return block(
+        f"schedule {schedule.id} {schedule.name}",
+        [
+            ("state", schedule.state),
+            ("version", schedule.version),
+            ("revision", schedule.revision),
+            ("workflow", schedule.workflow),
+            ("spec", spec_text(schedule)),
+            ("overlap", schedule.overlap),
+            ("missed", schedule.missed),
+            ("max catch-up", schedule.max_catch_up),
+            ("workload class", schedule.workload_class),
+            ("end at", schedule.end_at),
+            ("remaining", schedule.remaining_occurrences),
+            ("jitter ms", schedule.jitter_ms or None),
+            ("source", schedule.source),
+            ("created by", schedule.created_by),
+            ("last fired", schedule.last_fired_at),
+            ("last status", schedule.last_status),
+            ("next fire times", ", ".join(when(t) for t in schedule.next_fire_times) or "-"),
+        ],
+    )
+
+
+def occurrence_line(occurrence: Occurrence) -> str:
+    why = f" ({occurrence.reason})" if occurrence.reason else ""
+    missed = occurrence.range
+    span = f" {missed.count} missed up to {when(missed.last)}" if missed else ""
+    adjusted = f" dst:{occurrence.dst_adjustment}" if occurrence.dst_adjustment else ""
+    run = f" run {occurrence.run_id}" if occurrence.run_id else ""
+    follow = occurrence.follow_through
+    outcome = f" follow-through: {follow.status}" if follow else ""
+    error = f" error {last_error(occurrence.last_error)}" if occurrence.last_error else ""
+    return (
+        f"{occurrence.id}  {when(occurrence.occurrence_at)}  {occurrence.state}{why}"
+        f" [{occurrence.origin}]{span}{adjusted}{run}{outcome}{error}"
+    )
+
+
+def fire_line(fire: Fire) -> str:
+    adjusted = f"  {fire.dst_adjustment}" if fire.dst_adjustment else ""
+    return f"{when(fire.fire_at)}  {fire.local}  (nominal {fire.nominal}){adjusted}"
+
+
+def spec_of(
+    cron: str | None,
+    time_zone: str | None,
+    dst_gap: str | None,
+    dst_overlap: str | None,
+    interval_ms: int | None,
+    starts_at: str | None,
+) -> dict[str, Any]:
+    """The ``spec`` of a create body from its options (exactly one of cron and interval)."""
+    if (cron is None) == (interval_ms is None):
+        fail(EXIT_INVALID, "give exactly one of --cron or --interval-ms")
+    fields: dict[str, Any]
+    if cron is not None:
+        fields = {"cron": cron, "time_zone": time_zone or "UTC"}
+        optional = {"dst_gap": dst_gap, "dst_overlap": dst_overlap}
+    else:
+        fields = {"interval_ms": interval_ms}
+        optional = {"starts_at": starts_at}
+    return {**fields, **{name: value for name, value in optional.items() if value is not None}}
+
+
+CronOpt = Annotated[
+    str | None, typer.Option(help="Five-field cron expression.", rich_help_panel="Spec")
+]
+TimeZoneOpt = Annotated[
+    str | None,
+    typer.Option(help="IANA zone of the cron expression (default UTC).", rich_help_panel="Spec"),
+]
+DstGapOpt = Annotated[
+    str | None, typer.Option(help="shift_to_gap_end (default) or skip.", rich_help_panel="Spec")
+]
+DstOverlapOpt = Annotated[
+    str | None, typer.Option(help="first (default), last or both.", rich_help_panel="Spec")
+]
+IntervalOpt = Annotated[
+    int | None, typer.Option(help="Interval in milliseconds.", rich_help_panel="Spec")
+]
+StartsAtOpt = Annotated[
+    str | None, typer.Option(help="First fire of an interval (RFC 3339).", rich_help_panel="Spec")
+]
+
+
+@schedules_app.command("create")
+def schedules_create(
+    name: Annotated[str, typer.Option(help="Unique among the tenant's schedules.")],
+    workflow: Annotated[str, typer.Option(help="Workflow name.")],
+    overlap: Annotated[str, typer.Option(help="skip, buffer_one or allow_all (required).")],
+    missed: Annotated[str, typer.Option(help="catch_up or skip (required).")],
+    input_json: Annotated[
+        str, typer.Option("--input", help="The input as JSON, or @FILE to read it from.")
+    ] = "{}",
+    cron: CronOpt = None,
+    time_zone: TimeZoneOpt = None,
+    dst_gap: DstGapOpt = None,
+    dst_overlap: DstOverlapOpt = None,
+    interval_ms: IntervalOpt = None,
+    starts_at: StartsAtOpt = None,
+    workload_class: Annotated[str | None, typer.Option(help="Host workload class.")] = None,
+    max_catch_up: Annotated[int | None, typer.Option(help="1-100 per pass.")] = None,
+    catch_up_window: Annotated[
+        float | None, typer.Option(help="Seconds back that catch-up reaches.")
+    ] = None,
+    misfire_grace_ms: Annotated[int | None, typer.Option(help="Lateness still on time.")] = None,
+    version_policy: Annotated[
+        str | None, typer.Option(help="active_at_fire (default) or pinned.")
+    ] = None,
+    paused: Annotated[bool, typer.Option("--paused", help="Create it paused.")] = False,
+    regression: Annotated[
+        str | None, typer.Option(help="The regression policy as JSON (or @FILE).")
+    ] = None,
+    end_at: Annotated[
+        str | None, typer.Option(help="No fire after this RFC 3339 instant.", show_default=False)
+    ] = None,
+    max_occurrences: Annotated[
+        int | None, typer.Option(help="Stop after this many fires.", show_default=False)
+    ] = None,
+    jitter_ms: Annotated[
+        int | None, typer.Option(help="Delay each fire by up to this much.", show_default=False)
+    ] = None,
+    idempotency_key: KeyOpt = None,
+    as_json: JsonOpt = False,
+    url: UrlOpt = DEFAULT_URL,
+    token: TokenOpt = None,
+    tenant: TenantOpt = "default",
+) -> None:
+    """Create a recurring schedule (cron in a time zone, or an interval); you are its creator."""
+    spec = spec_of(cron, time_zone, dst_gap, dst_overlap, interval_ms, starts_at)
+    payload = parse_json(input_json, "--input")
+    policy = parse_json(regression, "--regression") if regression is not None else None
+    with session(Remote(url, token, tenant), as_json) as client:
+        schedule = client.create_schedule(
+            name=name,
+            workflow=workflow,
+            input=payload,
+            spec=spec,
+            overlap=overlap,
+            missed=missed,
+            max_catch_up=max_catch_up,
+            catch_up_window=catch_up_window,
+            misfire_grace_ms=misfire_grace_ms,
+            enabled=False if paused else None,
+            version_policy=version_policy,
+            workload_class=workload_class,
+            regression=policy,
+            end_at=end_at,
+            max_occurrences=max_occurrences,
+            jitter_ms=jitter_ms,
+            idempotency_key=mutation_key(idempotency_key),
+        )
+    emit(schedule, as_json, schedule_block(schedule))
+
+
+@schedules_app.command("get")
+def schedules_get(
+    schedule_id: ScheduleIdArg,
+    as_json: JsonOpt = False,
+    url: UrlOpt = DEFAULT_URL,
+    token: TokenOpt = None,
+    tenant: TenantOpt = "default",
+) -> None:
+    """Show one schedule with its next fire times."""
+    with session(Remote(url, token, tenant), as_json) as client:
+        schedule = client.get_schedule(schedule_id)
+    emit(schedule, as_json, schedule_block(schedule))
+
+
+@schedules_app.command("list")
+def schedules_list(
+    limit: LimitOpt = None,
+    cursor: CursorOpt = None,
+    as_json: JsonOpt = False,
+    url: UrlOpt = DEFAULT_URL,
+    token: TokenOpt = None,
+    tenant: TenantOpt = "default",
+) -> None:
+    """List the tenant's schedules with their next fire times."""
+    with session(Remote(url, token, tenant), as_json) as client:
+        page = client.list_schedules(limit=limit, cursor=cursor)
+    lines = [schedule_line(s) for s in page.items]
+    emit(page, as_json, table(lines, page.next_cursor, "no schedules"))
+
+
+def _toggle(
+    schedule_id: str,
+    enabled: bool,
+    version: int | None,
+    idempotency_key: str | None,
+    as_json: bool,
+    remote: Remote,
+) -> None:
+    with session(remote, as_json) as client:
+        current = version if version is not None else client.get_schedule(schedule_id).version
+        toggle = client.resume_schedule if enabled else client.pause_schedule
+        schedule = toggle(
+            schedule_id, version=current, idempotency_key=mutation_key(idempotency_key, current)
+        )
+    emit(schedule, as_json, f"{schedule.name} is {schedule.state} (version {schedule.version})")
+
+
+@schedules_app.command("pause")
+def schedules_pause(
+    schedule_id: ScheduleIdArg,
+    version: VersionOpt = None,
+    idempotency_key: KeyOpt = None,
+    as_json: JsonOpt = False,
+    url: UrlOpt = DEFAULT_URL,
+    token: TokenOpt = None,
+    tenant: TenantOpt = "default",
+) -> None:
+    """Stop generating occurrences (queued ones still run); the cursor is kept."""
+    _toggle(schedule_id, False, version, idempotency_key, as_json, Remote(url, token, tenant))
+
+
+@schedules_app.command("resume")
+def schedules_resume(
+    schedule_id: ScheduleIdArg,
+    version: VersionOpt = None,
+    idempotency_key: KeyOpt = None,
+    as_json: JsonOpt = False,
+    url: UrlOpt = DEFAULT_URL,
+    token: TokenOpt = None,
+    tenant: TenantOpt = "default",
+) -> None:
+    """Generate again; what was missed while paused follows the schedule's missed policy."""
+    _toggle(schedule_id, True, version, idempotency_key, as_json, Remote(url, token, tenant))
+
+
+@schedules_app.command("delete")
+def schedules_delete(
+    schedule_id: ScheduleIdArg,
+    version: VersionOpt = None,
+    idempotency_key: KeyOpt = None,
+    as_json: JsonOpt = False,
+    url: UrlOpt = DEFAULT_URL,
+    token: TokenOpt = None,
+    tenant: TenantOpt = "default",
+) -> None:
+    """Delete a schedule: its unstarted occurrences are canceled, runs are left alone."""
+    with session(Remote(url, token, tenant), as_json) as client:
+        current = version if version is not None else client.get_schedule(schedule_id).version
+        client.delete_schedule(
+            schedule_id, version=current, idempotency_key=mutation_key(idempotency_key, current)
+        )
+    emit(None, as_json, f"schedule {schedule_id} deleted")
+
+
+@schedules_app.command("occurrences")
+def schedules_occurrences(
+    schedule_id: ScheduleIdArg,
+    state: Annotated[str | None, typer.Option(help="Only this state.")] = None,
+    limit: LimitOpt = None,
+    cursor: CursorOpt = None,
+    as_json: JsonOpt = False,
+    url: UrlOpt = DEFAULT_URL,
+    token: TokenOpt = None,
+    tenant: TenantOpt = "default",
+) -> None:
+    """A schedule's occurrences and skipped ranges, in generation order."""
+    with session(Remote(url, token, tenant), as_json) as client:
+        page = client.list_occurrences(schedule_id, state=state, limit=limit, cursor=cursor)
+    lines = [occurrence_line(o) for o in page.items]
+    emit(page, as_json, table(lines, page.next_cursor, "no occurrences"))
+
+
+@schedules_app.command("preview")
+def schedules_preview(
+    cron: CronOpt = None,
+    time_zone: TimeZoneOpt = None,
+    dst_gap: DstGapOpt = None,
+    dst_overlap: DstOverlapOpt = None,
+    interval_ms: IntervalOpt = None,
+    starts_at: StartsAtOpt = None,
+    after: Annotated[
+        str | None,
+        typer.Option("--from", help="Fire times strictly after this instant (default now)."),
+    ] = None,
+    count: Annotated[int | None, typer.Option(help="How many, 1-100 (default 10).")] = None,
+    as_json: JsonOpt = False,
+    url: UrlOpt = DEFAULT_URL,
+    token: TokenOpt = None,
+    tenant: TenantOpt = "default",
+) -> None:
+    """The fire times a spec gives, with DST adjustments, before creating it."""
+    spec = spec_of(cron, time_zone, dst_gap, dst_overlap, interval_ms, starts_at)
+    with session(Remote(url, token, tenant), as_json) as client:
+        preview = client.preview_schedule(**spec, after=after, count=count)
+    emit(preview, as_json, table([fire_line(f) for f in preview.items], None, "no fire times"))
+
+
+OverlapOpt = Annotated[
+    str | None,
+    typer.Option(help="skip, buffer_one or allow_all (default: the schedule's own policy)."),
+]
+
+
+@schedules_app.command("trigger")
+def schedules_trigger(
+    schedule_id: ScheduleIdArg,
+    overlap: OverlapOpt = None,
+    idempotency_key: KeyOpt = None,
+    as_json: JsonOpt = False,
+    url: UrlOpt = DEFAULT_URL,
+    token: TokenOpt = None,
+    tenant: TenantOpt = "default",
+) -> None:
+    """Fire once now (also while paused or ended); the schedule's version stays."""
+    with session(Remote(url, token, tenant), as_json) as client:
+        occurrence = client.trigger_schedule(
+            schedule_id, overlap=overlap, idempotency_key=mutation_key(idempotency_key)
+        )
+    emit(occurrence, as_json, occurrence_line(occurrence))
+
+
+@schedules_app.command("backfill")
+def schedules_backfill(
+    schedule_id: ScheduleIdArg,
+    after: Annotated[
+        str,
+        typer.Option("--from", help="Fire times strictly after this instant.", show_default=False),
+    ],
+    to: Annotated[str, typer.Option(help="...up to this instant, included.", show_default=False)],
+    overlap: OverlapOpt = None,
+    idempotency_key: KeyOpt = None,
+    as_json: JsonOpt = False,
+    url: UrlOpt = DEFAULT_URL,
+    token: TokenOpt = None,
+    tenant: TenantOpt = "default",
+) -> None:
+    """Generate the fire times of (from, to] that have no live or finished occurrence."""
+    with session(Remote(url, token, tenant), as_json) as client:
+        result = client.backfill_schedule(
+            schedule_id,
+            after=after,
+            to=to,
+            overlap=overlap,
+            idempotency_key=mutation_key(idempotency_key),
+        )
+    lines = [f"{result.generated} generated, {result.existing} existing"]
+    emit(result, as_json, lines + [occurrence_line(o) for o in result.items])
+
+
+@schedules_app.command("apply")
+def schedules_apply(
+    path: Annotated[
+        Path, typer.Argument(metavar="FILE", help="A TOML file of schedules.", show_default=False)
+    ],
+    dry_run: Annotated[bool, typer.Option("--dry-run", help="Print the plan only.")] = False,
+    prune: Annotated[
+        bool,
+        typer.Option(
+            "--prune", help="Delete schedules of the same source that the file no longer names."
+        ),
+    ] = False,
+    yes: Annotated[bool, typer.Option("--yes", help="Confirm the deletes of --prune.")] = False,
+    as_json: Annotated[bool, typer.Option("--json", help="Print the plan as JSON.")] = False,
+    url: UrlOpt = DEFAULT_URL,
+    token: TokenOpt = None,
+    tenant: TenantOpt = "default",
+) -> None:
+    """Make the tenant's schedules match a file: create, update, leave alone, and with
+    --prune --yes delete. Applying the same file twice changes nothing the second time."""
+    schedule_file = apply.read_file(path)
+    with session(Remote(url, token, tenant), as_json) as client:
+        steps = apply.plan(client, schedule_file, prune)
+        confirmed = dry_run or not prune or yes
+        if not as_json:
+            typer.echo(f"plan for source {schedule_file.source!r}: {apply.summary(steps)}")
+            typer.echo("\n".join(step.line() for step in steps) or "  (no schedules)")
+        if dry_run and not as_json:
+            typer.echo("dry run: nothing applied")
+        if not dry_run and confirmed:
+            for step in apply.apply(client, schedule_file, steps):
+                if not as_json:
+                    typer.echo(f"applied {step.action} {step.name}")
+    if as_json:
+        emit_json(
+            {
+                "source": schedule_file.source,
+                "dry_run": dry_run,
+                "items": [step.view() for step in steps],
+            }
+        )
+    if not confirmed:
+        fail(EXIT_INVALID, "nothing applied: --prune deletes schedules; add --yes to apply")
