@@ -1,0 +1,1 @@
+"""Drivers: what fires schedules besides the SQL runner (``ports.driver``)."""

@@ -1,0 +1,273 @@
+"""The Driver port over Temporal Schedules (see ``ports.driver`` and docs/temporal.md).
+
+The Schedule ID is the punctual schedule id. Its memo carries this installation's id (the
+mark: punctual never changes or removes a Temporal Schedule without it), its note the
+digest of what was ensured, so a sweep tells a copy that differs from the record from one
+that matches by listing alone. The SDK is asyncio and punctual's callers are threads: the
+driver owns one event loop in a daemon thread, and every call waits for it with a bound.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import concurrent.futures
+import socket
+import threading
+from collections.abc import Coroutine, Sequence
+from datetime import UTC, datetime, timedelta
+from typing import Any, TypeVar
+
+from temporalio.client import (
+    Client,
+    Schedule,
+    ScheduleActionStartWorkflow,
+    ScheduleAlreadyRunningError,
+    ScheduleUpdate,
+    ScheduleUpdateInput,
+)
+from temporalio.exceptions import TemporalError
+from temporalio.service import RetryConfig, RPCError, RPCStatusCode
+
+from punctual.adapters.drivers.temporal_schedules.messages import (
+    FIRE_TASK_QUEUE,
+    FIRE_WORKFLOW,
+    MARK_KEY,
+    WORKFLOW_ID_PREFIX,
+    FireArgs,
+)
+from punctual.adapters.drivers.temporal_schedules.translate import policy_of, spec_of, state_of
+from punctual.ports.driver import DriverSchedule, DriverView
+from punctual.ports.engine import EngineUnavailable
+
+T = TypeVar("T")
+
+DRIVER_NAME = "temporal_schedules"
+NEXT_FIRE_TIMES = 5
+_NOTE_PREFIX = "punctual digest="
+_REACH_ERRORS = (RPCError, RuntimeError, OSError, TimeoutError, TemporalError)
+
+
+class NotOwned(EngineUnavailable):
+    """A Temporal Schedule with this id exists without this installation's mark."""
+
+
+def _note(digest: str) -> str:
+    return f"{_NOTE_PREFIX}{digest} at={datetime.now(UTC).isoformat()}"
+
+
+def _parse_note(note: str | None) -> tuple[str | None, datetime | None]:
+    """(digest, ensured at) from a note punctual wrote; (None, None) from any other."""
+    if not note or not note.startswith(_NOTE_PREFIX):
+        return None, None
+    digest, _, rest = note[len(_NOTE_PREFIX) :].partition(" at=")
+    try:
+        return digest, datetime.fromisoformat(rest)
+    except ValueError:
+        return digest, None
+
+
+class TemporalSchedulesDriver:
+    name = DRIVER_NAME
+
+    def __init__(
+        self,
+        address: str,
+        namespace: str,
+        installation_id: str,
+        *,
+        task_queue: str = FIRE_TASK_QUEUE,
+        rpc_timeout_seconds: float = 5.0,
+        max_concurrent_calls: int = 32,
+    ) -> None:
+        self.address = address
+        self.namespace = namespace
+        self.installation_id = installation_id
+        self.task_queue = task_queue
+        self._rpc_timeout = timedelta(seconds=rpc_timeout_seconds)
+        self._concurrency = max_concurrent_calls
+        self._client: Client | None = None
+        self._loop = asyncio.new_event_loop()
+        self._thread = threading.Thread(target=self._loop.run_forever, daemon=True)
+        self._thread.name = "temporal-schedules-driver"
+        self._thread.start()
+
+    # ---- the Driver port -------------------------------------------------------------
+
+    def ensure(self, schedule: DriverSchedule) -> list[datetime]:
+        return self._call(self._ensure(schedule), f"ensuring schedule {schedule.schedule_id}")
+
+    def remove(self, schedule_id: str) -> None:
+        self._call(self._remove(schedule_id), f"removing schedule {schedule_id}")
+
+    def describe_many(self, schedule_ids: Sequence[str]) -> dict[str, DriverView]:
+        if not schedule_ids:
+            return {}
+
+        async def describe_all() -> dict[str, DriverView]:
+            client = await self._connected()
+            limit = asyncio.Semaphore(self._concurrency)
+
+            async def one(schedule_id: str) -> DriverView:
+                async with limit:
+                    return await self._describe(client, schedule_id)
+
+            views = await asyncio.gather(*(one(i) for i in schedule_ids))
+            return {view.schedule_id: view for view in views}
+
+        rounds = 1 + len(schedule_ids) // self._concurrency
+        return self._call(describe_all(), f"describing {len(schedule_ids)} schedule(s)", rounds)
+
+    def list_marked(self) -> list[str]:
+        async def listing() -> list[str]:
+            client = await self._connected()
+            found = await client.list_schedules(rpc_timeout=self._rpc_timeout)
+            marked = []
+            async for entry in found:
+                memo = await entry.memo()
+                if memo.get(MARK_KEY) == self.installation_id:
+                    marked.append(entry.id)
+            return marked
+
+        return self._call(listing(), "listing schedules", 4)
+
+    # ---- for tests and operators -----------------------------------------------------
+
+    def matching_times(self, schedule_id: str, start: datetime, end: datetime) -> list[datetime]:
+        """The instants Temporal's own spec matching yields in ``[start, end]``."""
+        from google.protobuf.timestamp_pb2 import Timestamp
+        from temporalio.api.workflowservice.v1 import ListScheduleMatchingTimesRequest
+
+        async def matching() -> list[datetime]:
+            client = await self._connected()
+            begin, until = Timestamp(), Timestamp()
+            begin.FromDatetime(start)
+            until.FromDatetime(end)
+            answer = await client.workflow_service.list_schedule_matching_times(
+                ListScheduleMatchingTimesRequest(
+                    namespace=self.namespace,
+                    schedule_id=schedule_id,
+                    start_time=begin,
+                    end_time=until,
+                ),
+                timeout=self._rpc_timeout,
+            )
+            return [t.ToDatetime(tzinfo=start.tzinfo) for t in answer.start_time]
+
+        return self._call(matching(), f"matching times of {schedule_id}")
+
+    def close(self) -> None:
+        if not self._loop.is_closed():
+            self._loop.call_soon_threadsafe(self._loop.stop)
+            self._thread.join(timeout=10)
+            if not self._thread.is_alive():
+                self._loop.close()
+
+    # ---- internals -------------------------------------------------------------------
+
+    def _schedule(self, schedule: DriverSchedule) -> Schedule:
+        args = FireArgs(schedule_id=schedule.schedule_id, tenant=schedule.tenant)
+        return Schedule(
+            action=ScheduleActionStartWorkflow(
+                FIRE_WORKFLOW,
+                args.model_dump(mode="json"),
+                id=f"{WORKFLOW_ID_PREFIX}{schedule.schedule_id}",
+                task_queue=self.task_queue,
+            ),
+            spec=spec_of(schedule),
+            policy=policy_of(schedule),
+            state=state_of(schedule, _note(schedule.digest)),
+        )
+
+    async def _ensure(self, schedule: DriverSchedule) -> list[datetime]:
+        client = await self._connected()
+        wanted = self._schedule(schedule)
+        handle = client.get_schedule_handle(schedule.schedule_id)
+        try:
+            await client.create_schedule(
+                schedule.schedule_id,
+                wanted,
+                memo={MARK_KEY: self.installation_id},
+                rpc_timeout=self._rpc_timeout,
+            )
+        except ScheduleAlreadyRunningError:
+            current = await handle.describe(rpc_timeout=self._rpc_timeout)
+            memo = await current.memo()
+            if memo.get(MARK_KEY) != self.installation_id:
+                raise NotOwned(
+                    f"Temporal Schedule {schedule.schedule_id} exists without this "
+                    "installation's mark; punctual leaves it alone",
+                    code="engine_unavailable",
+                ) from None
+
+            def replace(_: ScheduleUpdateInput) -> ScheduleUpdate:
+                return ScheduleUpdate(schedule=wanted)
+
+            await handle.update(replace, rpc_timeout=self._rpc_timeout)
+        described = await handle.describe(rpc_timeout=self._rpc_timeout)
+        if described.schedule.state.paused:
+            return []
+        return list(described.info.next_action_times[:NEXT_FIRE_TIMES])
+
+    async def _remove(self, schedule_id: str) -> None:
+        client = await self._connected()
+        view = await self._describe(client, schedule_id)
+        if not view.present or not view.marked:
+            return  # gone already, or not ours to remove
+        try:
+            await client.get_schedule_handle(schedule_id).delete(rpc_timeout=self._rpc_timeout)
+        except RPCError as exc:
+            if exc.status != RPCStatusCode.NOT_FOUND:
+                raise
+
+    async def _describe(self, client: Client, schedule_id: str) -> DriverView:
+        try:
+            described = await client.get_schedule_handle(schedule_id).describe(
+                rpc_timeout=self._rpc_timeout
+            )
+        except RPCError as exc:
+            if exc.status == RPCStatusCode.NOT_FOUND:
+                return DriverView(schedule_id, present=False)
+            raise
+        memo = await described.memo()
+        state = described.schedule.state
+        digest, ensured_at = _parse_note(state.note)
+        return DriverView(
+            schedule_id,
+            present=True,
+            marked=memo.get(MARK_KEY) == self.installation_id,
+            paused=state.paused,
+            digest=digest,
+            next_fire_times=[] if state.paused else list(described.info.next_action_times[:5]),
+            ensured_at=ensured_at,
+        )
+
+    async def _connected(self) -> Client:
+        if self._client is None:
+            self._client = await Client.connect(
+                self.address,
+                namespace=self.namespace,
+                identity=f"punctual-driver@{socket.gethostname()}",
+                retry_config=RetryConfig(
+                    max_retries=3,
+                    max_elapsed_time_millis=int(self._rpc_timeout.total_seconds() * 1000),
+                ),
+            )
+        return self._client
+
+    def _call(self, coro: Coroutine[Any, Any, T], what: str, rounds: int = 1) -> T:
+        if self._loop.is_closed():
+            coro.close()
+            raise EngineUnavailable("the Temporal Schedules driver was closed")
+        bound = 3.0 + self._rpc_timeout.total_seconds() * (2 + rounds)
+        future = asyncio.run_coroutine_threadsafe(coro, self._loop)
+        try:
+            return future.result(bound)
+        except concurrent.futures.TimeoutError:
+            future.cancel()
+            raise EngineUnavailable(f"Temporal did not answer {what} within {bound:g} s") from None
+        except EngineUnavailable:
+            raise
+        except _REACH_ERRORS as exc:
+            raise EngineUnavailable(
+                f"Temporal at {self.address} (namespace {self.namespace!r}) failed {what}: {exc}"
+            ) from exc

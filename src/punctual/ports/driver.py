@@ -1,0 +1,133 @@
+"""The Driver port: what fires a schedule's due work (SPEC CR-6).
+
+With the ``sql`` driver the runner's generation pass fires schedules and there is nothing
+outside the store to keep in step. With ``temporal_schedules`` every schedule is also a
+Temporal Schedule, and this port is how use cases keep it in step with the store, which
+stays the source of truth. Its promises:
+
+* ``ensure`` is an idempotent create-or-update of the schedule as ``DriverSchedule``
+  describes it, ``paused`` included, marked with this installation's id; it answers the
+  driver's next fire times (UTC), which the caller caches in the store;
+* ``remove`` deletes the driver's copy; removing one that does not exist is no error;
+* ``describe_many`` answers, per id, what the driver holds (absent ids are not present);
+* ``list_marked`` answers the ids of every schedule the driver holds that carries this
+  installation's mark (and never one without it);
+* a driver that cannot be reached raises ``EngineUnavailable``.
+
+``ScheduleSync`` is the store's side: the installation id, and per schedule the sync state,
+when it was checked and the cached next fire times (reads serve these, never the driver).
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+from collections.abc import Sequence
+from dataclasses import dataclass, field
+from datetime import datetime, timedelta
+from enum import StrEnum
+from typing import Protocol
+
+from punctual.domain.recurrence import RecurrenceSpec
+from punctual.domain.schedules import OverlapPolicy, spec_to_json
+
+
+class SyncState(StrEnum):
+    IN_SYNC = "in_sync"
+    """The driver holds the schedule as the store describes it (as of ``checked_at``)."""
+    DRIFTED = "drifted"
+    """The last ensure failed or the driver's copy differs: reconcile will ensure it."""
+    ORPHANED = "orphaned"
+    """A create whose ensure failed and whose record could not be removed either."""
+
+
+@dataclass(frozen=True)
+class DriverSchedule:
+    """A schedule as the driver is to hold it: when, how overlaps and misses go, state."""
+
+    schedule_id: str
+    tenant: str
+    spec: RecurrenceSpec
+    overlap: OverlapPolicy
+    catchup_window: timedelta
+    paused: bool
+    end_at: datetime | None = None
+    remaining_actions: int | None = None
+    """Fires left under ``max_occurrences`` (None: no limit)."""
+
+    @property
+    def digest(self) -> str:
+        """A stable fingerprint of everything above: the driver's copy carries it, so a
+        sweep can tell a copy that differs from the record without comparing fields."""
+        data = {
+            "id": self.schedule_id,
+            "tenant": self.tenant,
+            "spec": spec_to_json(self.spec),
+            "overlap": self.overlap.value,
+            "catchup_window": self.catchup_window.total_seconds(),
+            "paused": self.paused,
+            "end_at": self.end_at.isoformat() if self.end_at else None,
+            "remaining_actions": self.remaining_actions,
+        }
+        text = json.dumps(data, sort_keys=True, separators=(",", ":"), default=str)
+        return hashlib.sha256(text.encode()).hexdigest()[:32]
+
+
+@dataclass(frozen=True)
+class DriverView:
+    """What the driver holds for one schedule id."""
+
+    schedule_id: str
+    present: bool
+    marked: bool = False
+    paused: bool = False
+    digest: str | None = None
+    next_fire_times: list[datetime] = field(default_factory=list)
+    ensured_at: datetime | None = None
+    """When punctual last ensured it (None: unknown)."""
+
+
+@dataclass(frozen=True)
+class SyncRecord:
+    schedule_id: str
+    state: SyncState
+    checked_at: datetime
+    next_fire_times: list[datetime]
+    digest: str | None
+
+
+class Driver(Protocol):
+    name: str
+
+    def ensure(self, schedule: DriverSchedule) -> list[datetime]:
+        """Create or update, idempotently; the driver's next fire times."""
+
+    def remove(self, schedule_id: str) -> None:
+        """Delete the driver's copy; an absent one is no error."""
+
+    def describe_many(self, schedule_ids: Sequence[str]) -> dict[str, DriverView]:
+        """Per id, what the driver holds, in batched calls."""
+
+    def list_marked(self) -> list[str]:
+        """Ids of the schedules that carry this installation's mark."""
+
+
+class ScheduleSync(Protocol):
+    """The store's record of the driver: installation id and per-schedule sync state."""
+
+    def installation_id(self, candidate: str, now: datetime) -> str:
+        """This store's installation id, recording ``candidate`` if there is none yet."""
+
+    def get_many(self, schedule_ids: Sequence[str]) -> dict[str, SyncRecord]: ...
+
+    def record(self, record: SyncRecord) -> None:
+        """Insert or replace the schedule's sync record."""
+
+    def forget(self, schedule_id: str) -> None: ...
+
+    def not_in_sync(self, limit: int) -> list[str]:
+        """Ids of schedules whose record is not ``in_sync``, oldest check first."""
+
+    def live_schedules(self, after_id: str, limit: int) -> list[tuple[str, str]]:
+        """(schedule id, tenant) of live schedules of every tenant, in id order after
+        ``after_id``: what a sweep compares with the driver."""

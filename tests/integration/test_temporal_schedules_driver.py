@@ -1,0 +1,371 @@
+"""The Temporal Schedules driver on a real ``temporal server start-dev`` and PostgreSQL (CR-6).
+
+Each schedule is a Temporal Schedule named by its id, paused exactly when it is disabled,
+marked with this installation's id; its fires become one run each, followed through once;
+faults of Temporal during create and delete leave the store consistent; reconciliation
+re-ensures what Temporal lost and removes marked ghosts, never unmarked Schedules.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import time
+import uuid
+from collections.abc import Callable, Iterator
+from datetime import UTC, datetime, timedelta
+from pathlib import Path
+from typing import Any
+
+import pytest
+from temporalio.client import (
+    Client,
+    Schedule,
+    ScheduleActionStartWorkflow,
+    ScheduleSpec,
+    ScheduleState,
+)
+
+from punctual import bootstrap
+from punctual.adapters.drivers.temporal_schedules.driver import TemporalSchedulesDriver
+from punctual.domain.recurrence import CronSpec, DstGap, DstOverlap, fires_between
+from punctual.domain.schedules import OverlapPolicy
+from punctual.ports.driver import DriverSchedule
+from punctual.usecases import schedule_driver
+from punctual.usecases.reconcile import reconcile
+from tests.api.test_starts_on_temporal import temporal_settings
+from tests.support.api import Api, in_process, member_api, register_demo
+from tests.support.temporal import NAMESPACE, dev_server
+
+pytestmark = [pytest.mark.temporal, pytest.mark.postgres]
+
+APP_REF = "punctual.demo:app"
+WAIT_SECONDS = 40.0
+EXAMPLE = {
+    "name": "nightly-scores",
+    "workflow": "score",
+    "input": {"score": 0.9},
+    "spec": {"cron": "30 2 * * 1-5", "time_zone": "America/New_York"},
+    "overlap": "skip",
+    "missed": "catch_up",
+    "max_catch_up": 10,
+    "catch_up_window": 86400,
+    "misfire_grace_ms": 60000,
+    "enabled": True,
+    "version_policy": "active_at_fire",
+    "workload_class": "standard",
+    "regression": {"metrics": [{"path": "metrics.score", "better": "higher", "tolerance": 0.0}]},
+}
+
+
+@pytest.fixture(scope="module")
+def temporal_address(tmp_path_factory: pytest.TempPathFactory) -> Iterator[str]:
+    with dev_server(tmp_path_factory.mktemp("temporal-schedules")) as address:
+        yield address
+
+
+def driver_settings(pg_url: str, tmp_path: Path, address: str) -> Any:
+    settings = temporal_settings(pg_url, tmp_path, address, f"drv-{uuid.uuid4().hex[:8]}")
+    return settings.model_copy(update={"driver": "temporal_schedules"})
+
+
+@pytest.fixture
+def system(pg_url: str, tmp_path: Path, temporal_address: str) -> Iterator[bootstrap.Punctual]:
+    built = bootstrap.build(driver_settings(pg_url, tmp_path, temporal_address))
+    try:
+        yield built
+    finally:
+        built.close()
+
+
+@pytest.fixture
+def api(system: bootstrap.Punctual) -> Iterator[Api]:
+    register_demo(system)
+    with in_process(system) as client:
+        yield member_api(system, client)
+
+
+def driver_of(system: bootstrap.Punctual) -> TemporalSchedulesDriver:
+    driver = system.services.driver
+    assert isinstance(driver, TemporalSchedulesDriver)
+    return driver
+
+
+def poll(what: str, check: Callable[[], Any], timeout: float = WAIT_SECONDS) -> Any:
+    deadline = time.monotonic() + timeout
+    while True:
+        value = check()
+        if value:
+            return value
+        if time.monotonic() > deadline:
+            raise AssertionError(f"timed out after {timeout:g} s waiting for {what}")
+        time.sleep(0.1)
+
+
+def create(api: Api, body: dict[str, Any], key: str | None = None) -> dict[str, Any]:
+    response = api.post("/schedules", body, key=key)
+    assert response.status_code == 201, response.text
+    created: dict[str, Any] = response.json()
+    return created
+
+
+def named(name: str, **changes: Any) -> dict[str, Any]:
+    return EXAMPLE | {"name": name} | changes
+
+
+def test_the_api_example_is_a_temporal_schedule_paused_exactly_when_disabled(
+    system: bootstrap.Punctual, api: Api
+) -> None:
+    created = create(api, named(f"example-{uuid.uuid4().hex[:6]}"))
+    assert created["sync"]["state"] == "in_sync"
+    assert len(created["next_fire_times"]) == 5
+    view = driver_of(system).describe_many([created["id"]])[created["id"]]
+    assert (view.present, view.marked, view.paused) == (True, True, False)
+    # Temporal's next fire times are those punctual previews for the same spec.
+    preview = api.get(
+        "/schedule-preview", cron="30 2 * * 1-5", time_zone="America/New_York", count=5
+    ).json()
+    assert created["next_fire_times"] == [item["fire_at"] for item in preview["items"]]
+
+    paused = api.post(f"/schedules/{created['id']}/pause", {"version": created["version"]})
+    assert paused.status_code == 200, paused.text
+    assert paused.json()["next_fire_times"] == []
+    assert driver_of(system).describe_many([created["id"]])[created["id"]].paused is True
+    resumed = api.post(f"/schedules/{created['id']}/resume", {"version": paused.json()["version"]})
+    assert resumed.status_code == 200, resumed.text
+    assert driver_of(system).describe_many([created["id"]])[created["id"]].paused is False
+
+    gone = api.delete(f"/schedules/{created['id']}", version=resumed.json()["version"])
+    assert gone.status_code == 204, gone.text
+    assert driver_of(system).describe_many([created["id"]])[created["id"]].present is False
+
+
+def test_refusals_name_the_field_and_the_driver(api: Api) -> None:
+    jitter = api.post("/schedules", named("jittery", jitter_ms=1000))
+    assert jitter.status_code == 422
+    assert jitter.json()["error"]["code"] == "unsupported_by_driver"
+    assert jitter.json()["error"]["details"] == {
+        "field": "jitter_ms",
+        "driver": "temporal_schedules",
+    }
+    berlin = api.post(
+        "/schedules", named("berlin", spec={"cron": "30 2 * * *", "time_zone": "Europe/Berlin"})
+    )
+    assert berlin.status_code == 422
+    assert berlin.json()["error"]["code"] == "dst_policy_unsupported"
+    assert berlin.json()["error"]["details"]["field"] == "spec.dst_gap"
+    overlap = api.post(
+        "/schedules",
+        named(
+            "berlin-overlap",
+            spec={"cron": "30 2 * * *", "time_zone": "Europe/Berlin", "dst_gap": "skip"},
+        ),
+    )
+    assert overlap.json()["error"]["details"]["field"] == "spec.dst_overlap"
+    literal = {"dst_gap": "skip", "dst_overlap": "both"}
+    repeated = api.post(
+        "/schedules",
+        named(
+            "berlin-literal", spec={"cron": "30 2 * * *", "time_zone": "Europe/Berlin"} | literal
+        ),
+    )
+    assert repeated.json()["error"]["details"]["field"] == "spec.dst_overlap"
+    outside = api.post(
+        "/schedules", named("berlin-4", spec={"cron": "30 4 * * *", "time_zone": "Europe/Berlin"})
+    )
+    assert outside.status_code == 201, outside.text
+
+
+def test_fires_become_one_run_each_and_one_follow_through(
+    system: bootstrap.Punctual, api: Api
+) -> None:
+    system.start_worker(APP_REF)
+    system.start_runner()
+    created = create(
+        api,
+        named(
+            f"every-second-{uuid.uuid4().hex[:6]}",
+            workflow="echo",
+            input={"message": "hi"},
+            spec={"interval_ms": 1000},
+            regression=None,
+        ),
+    )
+
+    def followed() -> list[dict[str, Any]]:
+        page = api.get(f"/schedules/{created['id']}/occurrences", limit=100).json()["items"]
+        done = [o for o in page if o["follow_through"] is not None]
+        return page if len(done) >= 2 else []
+
+    poll("two fires followed through", followed)
+    paused = api.post(f"/schedules/{created['id']}/pause", {"version": created["version"]})
+    assert paused.status_code == 200
+    time.sleep(2)
+    occurrences = api.get(f"/schedules/{created['id']}/occurrences", limit=100).json()["items"]
+    instants = [o["occurrence_at"] for o in occurrences]
+    assert len(instants) == len(set(instants))
+    run_ids = [o["run_id"] for o in occurrences if o["state"] == "dispatched"]
+    assert len(run_ids) == len(set(run_ids)) >= 2
+    for run_id in run_ids:
+        run = api.get(f"/runs/{run_id}").json()
+        assert run["origin"]["source"] == "schedule"
+        assert run["started_by"] == "alice"
+
+
+def test_a_retried_fire_never_starts_a_second_run(system: bootstrap.Punctual, api: Api) -> None:
+    created = create(api, named(f"retried-{uuid.uuid4().hex[:6]}"))
+    at = datetime.now(UTC).replace(microsecond=0)
+    command = schedule_driver.Fire(created["id"], "acme", at)
+    first = schedule_driver.fire(system.services, command)
+    again = schedule_driver.fire(system.services, command)
+    assert first.occurrence_id is not None
+    assert again.occurrence_id == first.occurrence_id
+    page = api.get(f"/schedules/{created['id']}/occurrences").json()["items"]
+    assert [o["id"] for o in page] == [first.occurrence_id]
+
+
+def test_temporal_down_during_create_removes_the_record(pg_url: str, tmp_path: Path) -> None:
+    # A Temporal address nothing listens on: every ensure fails.
+    system = bootstrap.build(driver_settings(pg_url, tmp_path, "127.0.0.1:1"))
+    try:
+        register_demo(system)
+        with in_process(system) as client:
+            api = member_api(system, client)
+            refused = api.post("/schedules", named("down"), key="create-down")
+            assert refused.status_code == 503, refused.text
+            error = refused.json()["error"]
+            assert error["code"] == "engine_unavailable"
+            assert error["details"]["rollback_failed"] is False
+            assert api.get("/schedules").json()["items"] == []
+    finally:
+        system.close()
+
+
+def test_temporal_down_during_delete_keeps_the_record(
+    system: bootstrap.Punctual, api: Api, temporal_address: str
+) -> None:
+    created = create(api, named(f"kept-{uuid.uuid4().hex[:6]}"))
+    working = system.services.driver
+    system.services.driver = TemporalSchedulesDriver(
+        "127.0.0.1:1", NAMESPACE, driver_of(system).installation_id, rpc_timeout_seconds=1
+    )
+    try:
+        refused = api.delete(f"/schedules/{created['id']}", version=created["version"])
+    finally:
+        system.services.driver.close()  # type: ignore[attr-defined]
+        system.services.driver = working
+    assert refused.status_code == 503, refused.text
+    assert api.get(f"/schedules/{created['id']}").status_code == 200
+    assert driver_of(system).describe_many([created["id"]])[created["id"]].present
+
+
+def test_reconcile_heals_both_ways_and_leaves_unmarked_schedules_alone(
+    system: bootstrap.Punctual, api: Api, temporal_address: str
+) -> None:
+    driver = driver_of(system)
+    created = create(api, named(f"healed-{uuid.uuid4().hex[:6]}"))
+    driver.remove(created["id"])  # deleted behind punctual's back
+    ghost_id = f"sch_ghost{uuid.uuid4().hex[:8]}"
+    driver.ensure(
+        DriverSchedule(
+            ghost_id,
+            "acme",
+            CronSpec("0 3 * * *"),
+            OverlapPolicy.SKIP,
+            timedelta(minutes=1),
+            paused=True,
+        )
+    )
+    foreign_id = f"someone-else-{uuid.uuid4().hex[:8]}"
+    asyncio.run(_create_unmarked(temporal_address, foreign_id))
+
+    report = reconcile(system.services, orphan_grace=timedelta(0))
+    assert report.ensured >= 1
+    assert report.removed >= 1
+    views = driver.describe_many([created["id"], ghost_id, foreign_id])
+    assert views[created["id"]].present and views[created["id"]].marked
+    assert not views[ghost_id].present
+    assert views[foreign_id].present and not views[foreign_id].marked
+    assert api.get(f"/schedules/{created['id']}").json()["sync"]["state"] == "in_sync"
+
+
+async def _create_unmarked(address: str, schedule_id: str) -> None:
+    client = await Client.connect(address, namespace=NAMESPACE)
+    await client.create_schedule(
+        schedule_id,
+        Schedule(
+            action=ScheduleActionStartWorkflow(
+                "someone.elses", id=f"wf-{schedule_id}", task_queue="elsewhere"
+            ),
+            spec=ScheduleSpec(cron_expressions=["0 4 * * *"]),
+            state=ScheduleState(paused=True),
+        ),
+    )
+
+
+@pytest.mark.parametrize(
+    ("zone", "cron", "start", "end", "only_in_punctual"),
+    [
+        # Gaps: Temporal skips the times that do not exist, as dst_gap=skip does.
+        ("America/New_York", "30 1,2,3 * * *", "2027-03-13T00:00:00Z", "2027-03-16T00:00:00Z", []),
+        ("Europe/Berlin", "30 1,2,3 * * *", "2027-03-27T00:00:00Z", "2027-03-30T00:00:00Z", []),
+        (
+            "Australia/Lord_Howe",
+            "15,45 1,2 * * *",
+            "2027-10-02T00:00:00Z",
+            "2027-10-05T00:00:00Z",
+            [],
+        ),
+        # Repeated times: New York fires both passes, Berlin only the first (02:30+02:00),
+        # Lord Howe only the second (01:45+10:30): why the driver refuses them.
+        ("America/New_York", "30 0,1,2 * * *", "2027-11-06T00:00:00Z", "2027-11-09T00:00:00Z", []),
+        (
+            "Europe/Berlin",
+            "30 1,2,3 * * *",
+            "2027-10-30T00:00:00Z",
+            "2027-11-02T00:00:00Z",
+            ["2027-10-31T01:30:00+00:00"],
+        ),
+        (
+            "Australia/Lord_Howe",
+            "15,45 1,2 * * *",
+            "2027-04-02T00:00:00Z",
+            "2027-04-05T00:00:00Z",
+            ["2027-04-03T14:45:00+00:00"],
+        ),
+    ],
+)
+def test_temporal_fires_against_punctual_literal_matching_across_transitions(
+    system: bootstrap.Punctual,
+    zone: str,
+    cron: str,
+    start: str,
+    end: str,
+    only_in_punctual: list[str],
+) -> None:
+    spec = CronSpec(cron, zone, dst_gap=DstGap.SKIP, dst_overlap=DstOverlap.BOTH)
+    schedule_id = f"sch_dst{uuid.uuid4().hex[:8]}"
+    driver = driver_of(system)
+    driver.ensure(
+        DriverSchedule(
+            schedule_id, "acme", spec, OverlapPolicy.SKIP, timedelta(minutes=1), paused=True
+        )
+    )
+    try:
+        begin = datetime.fromisoformat(start)
+        until = datetime.fromisoformat(end)
+        temporal = driver.matching_times(schedule_id, begin, until)
+        punctual = [f.at for f in fires_between(spec, begin, until)]
+        missing = [datetime.fromisoformat(t) for t in only_in_punctual]
+        assert [t.astimezone(UTC) for t in temporal] == [t for t in punctual if t not in missing]
+    finally:
+        driver.remove(schedule_id)
+
+
+def test_startup_refuses_the_driver_without_the_temporal_engine() -> None:
+    from punctual.errors import ConfigurationError
+    from punctual.settings import load_settings
+
+    with pytest.raises(ConfigurationError) as refused:
+        load_settings(None, driver="temporal_schedules", engine="local")
+    assert "driver" in str(refused.value) and "engine" in str(refused.value)
+    assert load_settings(None).driver == "sql"
