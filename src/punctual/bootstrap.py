@@ -9,6 +9,7 @@ from __future__ import annotations
 import logging
 import os
 import random
+import socket
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import TYPE_CHECKING
@@ -22,12 +23,13 @@ from punctual.adapters.crypto import KeyRingCodec, generate_key_file, load_key_f
 from punctual.adapters.engines.local.engine import LocalEngine
 from punctual.adapters.engines.local.worker import LocalWorker, WorkerOptions
 from punctual.adapters.faults import CrashPoints
-from punctual.adapters.http.app import create_app
+from punctual.adapters.http.app import create_app, create_internal_app
 from punctual.adapters.http.edge import Edge, error_body, error_status
 from punctual.adapters.observability import EventHub, Metrics
 from punctual.adapters.quota import LocalQuota, NoQuota, PostgresQuota
 from punctual.adapters.stores.sql import migrate
 from punctual.adapters.stores.sql.listener import DUE_CHANNEL, RUNS_CHANNEL, PgListener
+from punctual.adapters.stores.sql.retention import tables_swept
 from punctual.adapters.stores.sql.store import SqlStore, SqlTx
 from punctual.adapters.webhooks import HttpWebhookSender, default_allowed_cidrs
 from punctual.errors import ConfigurationError
@@ -36,22 +38,31 @@ from punctual.ports.engine import Engine
 from punctual.ports.quota import QuotaController
 from punctual.ports.store import Tx
 from punctual.runner.deliverer import Deliverer
+from punctual.runner.keys import KeyWatch
 from punctual.runner.loop import Runner, RunnerOptions
+from punctual.runner.sweeper import Sweeper
 from punctual.settings import Settings
+from punctual.usecases import keys as codec_keys
+from punctual.usecases import schedule_driver
 from punctual.usecases.context import HostPolicy, Services, TenantPolicy, WorkloadClass
 from punctual.usecases.definitions import check_keys
 from punctual.usecases.doorbell import Doorbell
 from punctual.usecases.idempotency import MutationRunner
+from punctual.usecases.retention import RetentionPolicy
 from punctual.workflows import load_app
 
 if TYPE_CHECKING:  # temporalio is an optional extra: import the adapter only when used
+    from punctual.adapters.drivers.temporal_schedules.worker import FireWorker
     from punctual.adapters.engines.temporal.sync import SyncLoop
     from punctual.adapters.engines.temporal.worker import TemporalWorker
+    from punctual.runner.reconciler import Reconciler
 
 log = logging.getLogger("punctual")
 
 TEMPORAL_SYNC_SECONDS = 2.0
 """How often the runner copies Temporal's view of unfinished runs into the store (WF-8)."""
+RECONCILE_SECONDS = 60.0
+"""How often the runner sweeps schedules against Temporal Schedules (CR-6)."""
 
 
 def build_engine(settings: Settings, store: SqlStore, clock: Clock) -> Engine:
@@ -158,6 +169,16 @@ def build_quota(settings: Settings, store: SqlStore) -> QuotaController:
     return PostgresQuota(connection_of)
 
 
+def retention_policy(settings: Settings) -> RetentionPolicy:
+    """The host's ``[retention]`` and per-tenant windows as the sweep reads them."""
+    return RetentionPolicy(
+        keep_seconds=settings.retention.keep_seconds,
+        tenant_keep_seconds=settings.retention_overrides(),
+        audit_keep_seconds=settings.retention.audit_keep_seconds,
+        batch_size=settings.retention.batch_size,
+    )
+
+
 def build_webhook_sender(settings: Settings) -> HttpWebhookSender:
     """Deliveries and the check at webhook create share one policy: the host's
     ``[webhooks] allowed_cidrs``, or the profile's default when unset."""
@@ -194,8 +215,12 @@ class Punctual:
     due_doorbell: Doorbell
     runner: Runner | None = None
     deliverer: Deliverer | None = None
+    sweeper: Sweeper | None = None
+    key_watch: KeyWatch | None = None
     workers: list[LocalWorker | TemporalWorker] = field(default_factory=list)
     sync: SyncLoop | None = None
+    fire_worker: FireWorker | None = None
+    reconciler: Reconciler | None = None
     listener: PgListener | None = None
     _idle_doorbell: Doorbell = field(default_factory=Doorbell)
 
@@ -218,11 +243,35 @@ class Punctual:
         )
         self.listener.start()
 
+    def _runs(self, component: str) -> None:
+        if self.key_watch is not None:
+            self.key_watch.add_component(component)
+
     def http_app(self) -> FastAPI:
+        self._runs("api")
         edge = Edge(self.services, self.mutations)
-        return create_app(edge, self.metrics, max_body_bytes=self.settings.max_body_bytes)
+        token = self.settings.internal_token
+        # With internal_listen the /internal tree is served on that address only.
+        shared = token is not None and self.settings.internal_listen is None
+        return create_app(
+            edge,
+            self.metrics,
+            max_body_bytes=self.settings.max_body_bytes,
+            internal_token=token.get_secret_value() if shared and token is not None else None,
+        )
+
+    def internal_app(self) -> FastAPI | None:
+        """The ``/internal`` tree alone, for ``internal_listen`` (None when it is not set)."""
+        token = self.settings.internal_token
+        if token is None or self.settings.internal_listen is None:
+            return None
+        edge = Edge(self.services, self.mutations)
+        return create_internal_app(
+            edge, token.get_secret_value(), max_body_bytes=self.settings.max_body_bytes
+        )
 
     def start_runner(self) -> Runner:
+        self._runs("runner")
         options = RunnerOptions(
             page_size=self.settings.runner.page_size,
             max_idle_seconds=self.settings.runner.max_idle_seconds,
@@ -236,6 +285,14 @@ class Punctual:
         self._listen()
         self.runner.start()
         self.deliverer.start()
+        # Retention (RT-1): bounded batches on a thread of its own, yielding to dispatch.
+        self.sweeper = Sweeper(
+            self.services,
+            retention_policy(self.settings),
+            interval_seconds=self.settings.retention.sweep_interval_seconds,
+            after_pass=lambda report: self.store.reclaim_space(tables_swept(report.removed)),
+        )
+        self.sweeper.start()
         if self.settings.engine == "temporal" and self.sync is None:
             from punctual.adapters.engines.temporal.engine import TemporalEngine
             from punctual.adapters.engines.temporal.sync import SyncLoop
@@ -243,12 +300,28 @@ class Punctual:
             assert isinstance(self.engine, TemporalEngine)
             self.sync = SyncLoop(self.services, self.engine, TEMPORAL_SYNC_SECONDS)
             self.sync.start()
+        if self.settings.driver == "temporal_schedules" and self.fire_worker is None:
+            self._start_schedules_driver()
         return self.runner
+
+    def _start_schedules_driver(self) -> None:
+        """The fire workflow's worker, and the reconciliation sweep (at once, then on a
+        timer): the runner process is where Temporal Schedules' fires are taken."""
+        from punctual.adapters.drivers.temporal_schedules.worker import FireWorker
+        from punctual.runner.reconciler import Reconciler
+
+        self.fire_worker = FireWorker(
+            self.services, self.settings.temporal.address, self.settings.temporal.namespace
+        )
+        self.fire_worker.start()
+        self.reconciler = Reconciler(self.services, RECONCILE_SECONDS)
+        self.reconciler.start()
 
     def start_worker(
         self, app_ref: str, task_queues: list[str] | None = None, slots: int | None = None
     ) -> LocalWorker | TemporalWorker:
         app = load_app(app_ref)
+        self._runs("worker")
         queues = task_queues or sorted(
             {cls.task_queue for cls in self.settings.workload_classes.values()}
         )
@@ -284,13 +357,24 @@ class Punctual:
             self.runner.stop()
         if self.deliverer is not None:
             self.deliverer.stop()
+        if self.sweeper is not None:
+            self.sweeper.stop()
         if self.sync is not None:
             self.sync.stop()
+        if self.reconciler is not None:
+            self.reconciler.stop()
+        if self.fire_worker is not None:
+            self.fire_worker.stop()
         for worker in self.workers:
             worker.stop()
+        if self.key_watch is not None:
+            self.key_watch.stop()
         close_engine = getattr(self.engine, "close", None)  # the Temporal engine's loop thread
         if close_engine is not None:
             close_engine()
+        close_driver = getattr(self.services.driver, "close", None)
+        if close_driver is not None:
+            close_driver()
         if self.listener is not None:
             self.listener.stop()
         self.mutations.close()
@@ -336,7 +420,28 @@ def _assemble(
         on_due_change=due.ring,
         crash_point=CrashPoints(os.environ.get("PUNCTUAL_CRASH_AT", "")),
     )
+    key_watch = None
     if prepare:
         check_keys(services)
+        # Last, as nothing after it may refuse: a process that joined counts as live.
+        process = codec_keys.join(
+            services,
+            codec_keys.new_process(socket.gethostname(), os.getpid(), clock.now()),
+            settings.codec.active_key,
+            settings.codec.liveness_seconds,
+        )
+        key_watch = KeyWatch(services, process, settings.codec.refresh_seconds)
+    if settings.driver == "temporal_schedules":
+        from punctual.adapters.drivers.temporal_schedules.driver import TemporalSchedulesDriver
+
+        services.driver = TemporalSchedulesDriver(
+            settings.temporal.address,
+            settings.temporal.namespace,
+            schedule_driver.installation_id(services),
+        )
     mutations = MutationRunner(services, error_status, error_body)
-    return Punctual(settings, store, services, engine, metrics, events, mutations, due)
+    system = Punctual(settings, store, services, engine, metrics, events, mutations, due)
+    if key_watch is not None:
+        system.key_watch = key_watch
+        key_watch.start()
+    return system

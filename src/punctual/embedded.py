@@ -26,7 +26,7 @@ from punctual import bootstrap
 from punctual.domain.permissions import Principal, Role
 from punctual.errors import PunctualError
 from punctual.settings import load_settings
-from punctual.usecases import health, identity, runs, schedules, starts
+from punctual.usecases import health, identity, runs, schedule_controls, schedules, starts
 from punctual.usecases.idempotency import IdempotentRequest, Mutation, RecordedError
 
 
@@ -233,6 +233,57 @@ class Scheduler:
         mutation = schedules.set_enabled(
             self.system.services, self.principal, schedule_id, version, True
         )
+        result: dict[str, Any] = self._mutate(mutation, None, "")
+        return result
+
+    def trigger(
+        self, schedule_id: str, overlap: str | None = None, idempotency_key: str | None = None
+    ) -> dict[str, Any]:
+        """One occurrence now (RS-9a); with a key, a repeated call returns the same one."""
+        mutation = schedule_controls.trigger(
+            self.system.services,
+            self.principal,
+            schedule_controls.TriggerSchedule(schedule_id, overlap),
+        )
+        result: dict[str, Any] = self._mutate(
+            mutation, idempotency_key, f"trigger:{schedule_id}:{overlap}"
+        )
+        return result
+
+    def backfill(
+        self,
+        schedule_id: str,
+        after: datetime | str,
+        to: datetime | str,
+        overlap: str | None = None,
+        idempotency_key: str | None = None,
+    ) -> dict[str, Any]:
+        """The fire times in ``(after, to]`` that have no live or finished occurrence yet
+        (RS-9b); ``{"generated", "existing", "items"}``."""
+        mutation = schedule_controls.backfill(
+            self.system.services,
+            self.principal,
+            schedule_controls.BackfillSchedule(schedule_id, after, to, overlap),
+        )
+        result: dict[str, Any] = self._mutate(
+            mutation, idempotency_key, f"backfill:{schedule_id}:{after}:{to}:{overlap}"
+        )
+        return result
+
+    def get_schedule_by_name(self, name: str) -> dict[str, Any]:
+        return schedule_controls.get_by_name(self.system.services, self.principal, name)
+
+    def plan_schedule_by_name(self, name: str, **fields: Any) -> dict[str, Any]:
+        """What ``put_schedule_by_name`` would do, storing nothing (RS-9e's dry run)."""
+        cmd = schedule_controls.UpsertByName(name, fields)
+        return schedule_controls.plan_by_name(self.system.services, self.principal, cmd)
+
+    def put_schedule_by_name(
+        self, name: str, version: int | None = None, **fields: Any
+    ) -> dict[str, Any]:
+        """Create the schedule, or update it to ``fields`` (RS-9e)."""
+        cmd = schedule_controls.UpsertByName(name, fields, version)
+        mutation = schedule_controls.upsert_by_name(self.system.services, self.principal, cmd)
         result: dict[str, Any] = self._mutate(mutation, None, "")
         return result
 

@@ -6,19 +6,25 @@ classes to HTTP status codes: ``punctual.adapters.http.errors``.
 
     PunctualError
     ├── Unauthenticated                      unauthenticated
-    ├── Forbidden                            forbidden, workload_class_not_allowed
+    ├── Forbidden                            forbidden, workload_class_not_allowed,
+    │                                        csrf_token_invalid
     ├── NotFound                             not_found
     ├── BadRequest                           idempotency_key_required, malformed_json
     ├── InvalidRequest (422)                 validation_error, start_at_*, host_owned_field,
     │                                        unknown_workflow, input_invalid, invalid_cron,
     │                                        webhook_url_not_allowed, unknown_event_kind,
-    │                                        transfer_target_invalid, ...
+    │                                        transfer_target_invalid, end_at_in_past,
+    │                                        jitter_too_large (details.max_jitter_ms),
+    │                                        backfill_range_invalid, backfill_too_large,
+    │                                        ...
     ├── PayloadTooLarge                      input_too_large, body_too_large
     ├── Conflict                             idempotency_key_reused, version_conflict,
-    │                                        already_dispatched, invalid_state, in_use
+    │                                        already_dispatched, invalid_state, in_use,
+    │                                        key_not_held, key_active, key_exists,
+    │                                        no_active_key
     ├── QuotaExceeded                        quota_exceeded
     ├── Unavailable                          quota_unavailable, engine_unavailable,
-    │                                        store_unavailable
+    │                                        store_unavailable, codec_key_unavailable
     └── ConfigurationError                   configuration_error (startup; never reaches HTTP)
 
 Dispatch-time failures are classified separately, in ``punctual.domain.failures``.

@@ -6,7 +6,9 @@ startup, and an error names the key. Only the composition root reads settings.
 
 from __future__ import annotations
 
+import functools
 import ipaddress
+import logging
 import tomllib
 from pathlib import Path
 from typing import Any, Literal
@@ -54,6 +56,8 @@ class TenantOverrides(_Section):
     max_pending_starts: int | None = Field(default=None, ge=0)
     max_schedules: int | None = Field(default=None, ge=0)
     max_pending_by_class: dict[str, int] | None = None
+    retention_keep_seconds: float | None = Field(default=None, gt=0)
+    """This tenant's retention window instead of ``retention.keep_seconds``."""
 
 
 class WorkloadClass(_Section):
@@ -88,6 +92,22 @@ class WorkerSettings(_Section):
 class CodecSettings(_Section):
     active_key: str | None = None
     key_file: str | None = None
+    refresh_seconds: float = Field(default=5, gt=0, le=10)
+    """How often a process reports its keys and re-reads the store's active key: an
+    activation reaches every live process within this time (API.md promises 10 s)."""
+    liveness_seconds: float = Field(default=30, gt=0)
+    """A process that has not reported its keys for this long is not live: it no longer
+    blocks an activation."""
+
+    @model_validator(mode="after")
+    def _beats_within_liveness(self) -> CodecSettings:
+        # Two beats per liveness window: one slow beat must not make a process look gone.
+        if self.liveness_seconds < 2 * self.refresh_seconds:
+            raise ValueError(
+                f"codec.liveness_seconds ({self.liveness_seconds:g}) must be at least twice "
+                f"codec.refresh_seconds ({self.refresh_seconds:g})"
+            )
+        return self
 
 
 class TemporalSettings(_Section):
@@ -119,8 +139,54 @@ class WebhookSettings(_Section):
         return value
 
 
+MIN_INTERNAL_TOKEN_LENGTH = 32
+
+
+def listen_address(value: str) -> tuple[str, int]:
+    """``host:port`` (``[::1]:8081`` for IPv6) as (host, port), or a ValueError naming
+    ``internal_listen``."""
+    host, _, port = value.rpartition(":")
+    host = host.removeprefix("[").removesuffix("]")
+    if not host or not port.isascii() or not port.isdigit() or not 0 < int(port) < 65536:
+        raise ValueError(
+            f"internal_listen must be host:port, such as 127.0.0.1:8081 (not {value!r})"
+        )
+    return host, int(port)
+
+
+_DAY_SECONDS = 86_400
+
+
+@functools.cache
+def _warn_retention_days() -> None:
+    """Once per process, however many times settings are loaded."""
+    logging.getLogger("punctual").warning(
+        "event=deprecated_setting key=retention.days note=use retention.keep_seconds "
+        "(it wins when both are set)"
+    )
+
+
 class RetentionSettings(_Section):
-    days: float = Field(default=30, gt=0)
+    """RT-1: terminal records older than ``keep_seconds`` are swept every
+    ``sweep_interval_seconds``; audit entries have their own, longer window."""
+
+    keep_seconds: float = Field(default=2_592_000, gt=0)
+    sweep_interval_seconds: float = Field(default=300, gt=0)
+    audit_keep_seconds: float = Field(default=31_536_000, gt=0)
+    """How long audit entries are kept (one year), whatever a tenant's window."""
+    batch_size: int = Field(default=500, ge=1, le=10_000)
+    """Records a sweep removes per short transaction."""
+    days: float | None = Field(default=None, gt=0)
+    """Deprecated: ``keep_seconds`` in days, used only when ``keep_seconds`` is not set."""
+
+    @model_validator(mode="after")
+    def _days_as_keep_seconds(self) -> RetentionSettings:
+        if self.days is None:
+            return self
+        if "keep_seconds" not in self.model_fields_set:
+            self.keep_seconds = self.days * _DAY_SECONDS
+        _warn_retention_days()
+        return self
 
 
 class Settings(BaseSettings):
@@ -134,9 +200,15 @@ class Settings(BaseSettings):
     profile: Literal["local", "production"] = "local"
     database_url: str = "sqlite:///punctual.db"
     engine: Literal["local", "temporal"] = "local"
+    driver: Literal["sql", "temporal_schedules"] = "sql"
+    """What fires schedules (CR-6): the runner's generation pass, or Temporal Schedules."""
     api_wait_seconds: float = Field(default=5, gt=0, le=120)
     max_body_bytes: int = Field(default=1_048_576, ge=1024)
     internal_token: SecretStr | None = None
+    """The host's token for ``/internal/…`` (``X-Internal-Token``); without it the tree
+    does not exist."""
+    internal_listen: str | None = None
+    """``host:port`` serving ``/internal/…`` alone; the API's address then has none."""
     quota: QuotaSettings = Field(default_factory=QuotaSettings)
     tenant_defaults: TenantLimits = Field(default_factory=TenantLimits)
     tenants: dict[str, TenantOverrides] = Field(default_factory=dict)
@@ -157,8 +229,39 @@ class Settings(BaseSettings):
             return {**{k: v.model_dump() for k, v in _default_classes().items()}, **value}
         return value
 
+    @field_validator("internal_token")
+    @classmethod
+    def _long_token(cls, value: SecretStr | None) -> SecretStr | None:
+        if value is not None and len(value.get_secret_value()) < MIN_INTERNAL_TOKEN_LENGTH:
+            raise ValueError(
+                f"internal_token must be at least {MIN_INTERNAL_TOKEN_LENGTH} characters "
+                "(make one with: python -c 'import secrets; print(secrets.token_urlsafe(32))')"
+            )
+        return value
+
+    @field_validator("internal_listen")
+    @classmethod
+    def _host_and_port(cls, value: str | None) -> str | None:
+        if value is not None:
+            listen_address(value)
+        return value
+
+    def internal_address(self) -> tuple[str, int] | None:
+        """``internal_listen`` as (host, port), or None when the tree shares the API's."""
+        return listen_address(self.internal_listen) if self.internal_listen else None
+
     @model_validator(mode="after")
     def _consistent(self) -> Settings:
+        if self.internal_listen is not None and self.internal_token is None:
+            raise ValueError(
+                "internal_listen is set but internal_token is not: without a token there "
+                "are no internal routes to serve; set internal_token or remove internal_listen"
+            )
+        if self.driver == "temporal_schedules" and self.engine != "temporal":
+            raise ValueError(
+                'driver = "temporal_schedules" needs engine = "temporal" (engine is '
+                f'"{self.engine}"): set engine = "temporal" or driver = "sql"'
+            )
         for name, overrides in self.tenants.items():
             for cls in overrides.allowed_workload_classes or []:
                 if cls not in self.workload_classes:
@@ -183,8 +286,16 @@ class Settings(BaseSettings):
         if overrides is None:
             return self.tenant_defaults
         merged = self.tenant_defaults.model_dump()
-        merged.update(overrides.model_dump(exclude_none=True))
+        merged.update(overrides.model_dump(exclude_none=True, exclude={"retention_keep_seconds"}))
         return TenantLimits.model_validate(merged)
+
+    def retention_overrides(self) -> dict[str, float]:
+        """Tenants with their own retention window (``[tenants.NAME] retention_keep_seconds``)."""
+        return {
+            name: overrides.retention_keep_seconds
+            for name, overrides in self.tenants.items()
+            if overrides.retention_keep_seconds is not None
+        }
 
     @classmethod
     def settings_customise_sources(

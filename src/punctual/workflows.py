@@ -41,7 +41,8 @@ class RunContext:
 
     ``cancel_requested`` turns true when someone cancels the run; ``sleep`` and
     ``sleep_async`` return early (``False``) when that happens so a workflow never
-    sleeps through a cancel.
+    sleeps through a cancel. ``traceparent`` is the W3C trace context the run's start
+    was given (None without one), so a body can continue the caller's trace (OS-1).
     """
 
     def __init__(
@@ -50,10 +51,12 @@ class RunContext:
         attempt: int,
         origin: Mapping[str, Any],
         cancel_event: threading.Event | None = None,
+        traceparent: str | None = None,
     ) -> None:
         self.run_id = run_id
         self.attempt = attempt
         self.origin: Mapping[str, Any] = dict(origin)
+        self.traceparent = traceparent
         self._cancel = cancel_event or threading.Event()
 
     @property

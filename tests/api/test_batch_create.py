@@ -411,8 +411,9 @@ def test_openapi_declares_the_batch_route_without_a_key_header(
     headers = [p["name"] for p in operation.get("parameters", []) if p["in"] == "header"]
     assert "Idempotency-Key" not in headers
     assert operation["security"] == [{"bearer": []}]
-    schema = operation["requestBody"]["content"]["application/json"]["schema"]
-    assert schema["title"] == "BatchCreateBody"
+    ref = operation["requestBody"]["content"]["application/json"]["schema"]
+    assert ref == {"$ref": "#/components/schemas/BatchCreateBody"}
+    schema = document["components"]["schemas"]["BatchCreateBody"]
     assert schema["properties"]["items"]["maxItems"] == 500
     assert schema["properties"]["items"]["minItems"] == 1
     response = operation["responses"]["200"]["content"]["application/json"]["schema"]
@@ -435,6 +436,7 @@ def test_the_typed_client_sends_a_batch(system: bootstrap.Punctual) -> None:
             for n in range(3)
         ]
         answers = client.create_starts_batch(calls)
-        assert [a["status"] for a in answers] == [201, 201, 201]
+        assert [a.status for a in answers] == [201, 201, 201]
+        assert [a.idempotency_key for a in answers] == ["c-0", "c-1", "c-2"]
         assert client.create_starts_batch(calls) == answers
-        assert client.create_start(**calls[0]) == answers[0]["body"]
+        assert client.create_start(**calls[0]) == answers[0].body

@@ -110,7 +110,10 @@ def endpoints(app: FastAPI) -> list[Endpoint]:
             continue
         if path in UNAUTHENTICATED_PATHS:
             continue
-        found |= {Endpoint(m, path) for m in methods if m != "HEAD"}
+        if path.startswith("/ui"):
+            continue  # the operator page: a session cookie, not a bearer (test_ui_page.py)
+        documented = re.sub(r"{(\w+):\w+}", r"{\1}", path)  # {name:path} is {name}
+        found |= {Endpoint(m, documented) for m in methods if m != "HEAD"}
     # Cross-check against the published schema: nothing documented escapes the walk.
     for path, operations in app.openapi()["paths"].items():
         if path in UNAUTHENTICATED_PATHS:
@@ -219,6 +222,7 @@ def world(database_url: str, tmp_path: Path) -> Iterator[World]:
             made = a_member.post("/schedules", SCHEDULE_BODY)
             assert made.status_code == 201, made.text
             w.params["schedule_id"] = made.json()["id"]
+            w.params["name"] = made.json()["name"]
             listed = a_member.get(f"/schedules/{made.json()['id']}/occurrences")
             if listed.status_code == 200 and listed.json()["items"]:
                 w.params["occurrence_id"] = listed.json()["items"][0]["id"]
@@ -230,10 +234,16 @@ def world(database_url: str, tmp_path: Path) -> Iterator[World]:
             assert hook.status_code == 201, hook.text
             tested = a_admin.post(f"/webhooks/{hook.json()['id']}/test")
             assert tested.status_code == 202, tested.text
+            held = a_admin.post(
+                "/holds",
+                {"subject_kind": "start", "subject_id": waiting.json()["id"], "reason": "audit"},
+            )
+            assert held.status_code == 201, held.text
             w.params.update(
                 notification_id=note["id"],
                 webhook_id=hook.json()["id"],
                 delivery_id=tested.json()["delivery_id"],
+                hold_id=held.json()["id"],
             )
             w.sensitive = {
                 SECRET_MARKER,
@@ -354,7 +364,7 @@ def test_other_tenant_gets_404_on_every_route(world: World, b_role: Role) -> Non
 def test_other_tenant_list_endpoints_show_nothing_of_a(world: World) -> None:
     """B's own lists are empty of A's resources (lists are scoped by the caller's tenant)."""
     b = member_api(world.system, world.client, B, "bertha", Role.ADMIN)
-    for suffix in ("/scheduled-starts", "/runs", "/tokens", "/health"):
+    for suffix in ("/scheduled-starts", "/runs", "/tokens", "/health", "/holds", "/audit"):
         response = b.get(suffix)
         assert response.status_code == 200, response.text
         leaked = [s for s in world.sensitive if s in response.text]

@@ -256,13 +256,13 @@ def test_the_typed_client_reads_and_marks_the_feed(system: bootstrap.Punctual) -
     note_for(system, "alice", title="first")
     note_for(system, "alice", title="second")
     with serving(system.http_app()) as url, PunctualClient(url, alice.token, TENANT) as client:
-        newest, older = client.list_notifications()["items"]
-        assert (newest["title"], older["title"]) == ("second", "first")
-        read = client.mark_notification_read(older["id"], idempotency_key="m-1")
-        assert read["read_at"] is not None
-        assert [n["title"] for n in client.list_notifications(unread=True)["items"]] == ["second"]
+        newest, older = client.list_notifications().items
+        assert (newest.title, older.title) == ("second", "first")
+        read = client.mark_notification_read(older.id, idempotency_key="m-1")
+        assert read.read_at is not None
+        assert [n.title for n in client.list_notifications(unread=True).items] == ["second"]
         page = client.list_notifications(limit=1)
-        assert client.list_notifications(limit=1, cursor=page["next_cursor"])["items"] == [read]
+        assert client.list_notifications(limit=1, cursor=page.next_cursor).items == [read]
         with pytest.raises(ApiError) as missing:
             client.mark_notification_read("ntf_unknown", idempotency_key="m-2")
         assert (missing.value.status, missing.value.code) == (404, "not_found")

@@ -280,7 +280,8 @@ def test_the_typed_client_transfers(system: bootstrap.Punctual, alice: Api, admi
         moved = client.transfer_schedule(
             schedule["id"], idempotency_key="t-1", version=1, to="root"
         )
-        assert (moved["created_by"], moved["version"]) == ("root", 2)
+        assert (moved.created_by, moved.version) == ("root", 2)
+        assert moved.idempotency_key == "t-1"
         with pytest.raises(ApiError) as stale:
             client.transfer_schedule(schedule["id"], idempotency_key="t-2", version=1, to="alice")
         assert (stale.value.status, stale.value.code) == (409, "version_conflict")

@@ -42,15 +42,17 @@ def test_start_created_over_http_runs_and_its_run_is_readable(
             assert reused.value.status == 409
             assert reused.value.code == "idempotency_key_reused"
             deadline = time.monotonic() + 20
-            while client.get_start(start["id"])["dispatch"] is None:
+            while client.get_start(start.id).dispatch is None:
                 assert time.monotonic() < deadline, "the start was not dispatched"
                 time.sleep(0.05)
-            run_id = client.get_start(start["id"])["dispatch"]["run_id"]
-            while (run := client.get_run(run_id))["state"] != "completed":
+            dispatch = client.get_start(start.id).dispatch
+            assert dispatch is not None
+            run_id = dispatch.run_id
+            while (run := client.get_run(run_id)).state != "completed":
                 assert time.monotonic() < deadline, f"the run did not complete: {run}"
                 time.sleep(0.05)
-            assert run["result"] == {"message": "over the wire"}
-            assert client.list_runs(origin_id=start["id"])["items"][0]["id"] == run_id
-            assert client.health()["status"] == "ok"
+            assert run.result == {"message": "over the wire"}
+            assert client.list_runs(origin_id=start.id).items[0].id == run_id
+            assert client.health().status == "ok"
     finally:
         system.close()

@@ -573,26 +573,26 @@ def test_the_typed_client_manages_webhooks_over_http(
         hook = client.create_webhook(
             idempotency_key="c-1", url=receiver.url, events=["regression"], secret=SECRET
         )
-        assert set(hook) == WEBHOOK_FIELDS and hook["url"].endswith("/…")
-        assert client.list_webhooks()["items"] == [hook]
-        kept = client.update_webhook(hook["id"], idempotency_key="u-1", events=None)
-        assert kept["events"] == [] and kept["url"] == hook["url"]
-        assert stored_secret(system, hook["id"]) == SECRET, "a secret not given is kept"
-        client.update_webhook(hook["id"], idempotency_key="u-2", secret=None)
-        assert stored_secret(system, hook["id"]) is None
-        queued = client.test_webhook(hook["id"], idempotency_key="t-1")
-        assert queued["status"] == "queued"
-        (delivery,) = client.list_deliveries(hook["id"])["items"]
-        assert delivery["event_id"] == queued["event_id"]
-        again = client.redeliver(hook["id"], delivery["id"], idempotency_key="r-1")
-        assert again["event_id"] == queued["event_id"]
-        assert len(client.list_deliveries(hook["id"], limit=1)["items"]) == 1
+        assert set(hook.raw) == WEBHOOK_FIELDS and hook.url.endswith("/…")
+        assert client.list_webhooks().items == [hook]
+        kept = client.update_webhook(hook.id, idempotency_key="u-1", events=None)
+        assert kept.events == [] and kept.url == hook.url
+        assert stored_secret(system, hook.id) == SECRET, "a secret not given is kept"
+        client.update_webhook(hook.id, idempotency_key="u-2", secret=None)
+        assert stored_secret(system, hook.id) is None
+        queued = client.test_webhook(hook.id, idempotency_key="t-1")
+        assert queued.status == "queued"
+        (delivery,) = client.list_deliveries(hook.id).items
+        assert delivery.event_id == queued.event_id
+        again = client.redeliver(hook.id, delivery.id, idempotency_key="r-1")
+        assert again.event_id == queued.event_id
+        assert len(client.list_deliveries(hook.id, limit=1).items) == 1
         with pytest.raises(ApiError) as refused:
             member_client.list_webhooks()
         assert (refused.value.status, refused.value.code) == (403, "forbidden")
-        client.delete_webhook(hook["id"], idempotency_key="d-1")
+        client.delete_webhook(hook.id, idempotency_key="d-1")
         with pytest.raises(ApiError) as gone:
-            client.list_deliveries(hook["id"])
+            client.list_deliveries(hook.id)
         assert gone.value.code == "not_found"
 
 
@@ -614,7 +614,9 @@ def test_openapi_names_the_webhook_and_notification_schemas(system: bootstrap.Pu
     for status in ("401", "403", "422"):
         schema = create_op["responses"][status]["content"]["application/json"]["schema"]
         assert schema == {"$ref": "#/components/schemas/Error"}, status
-    body = create_op["requestBody"]["content"]["application/json"]["schema"]
+    ref = create_op["requestBody"]["content"]["application/json"]["schema"]
+    assert ref == {"$ref": "#/components/schemas/CreateWebhookBody"}
+    body = schemas["CreateWebhookBody"]
     assert set(body["properties"]) == {"url", "events", "secret"}
     listed = paths["/v1/tenants/{tenant}/webhooks/{webhook_id}/deliveries"]["get"]
     assert listed["responses"]["200"]["content"]["application/json"]["schema"] == {

@@ -150,6 +150,16 @@ def test_upgrade_head_builds_the_same_indexes_as_the_metadata(
         "ix_runs_follow_up_overdue",
         "ix_notifications_unread",
         "ix_webhook_deliveries_due",
+        # The retention sweep's (0011).
+        "ix_holds_active",
+        "ix_starts_terminal",
+        "ix_runs_ended",
+        "ix_findings_acknowledged",
+        "ix_notifications_read",
+        "ix_notifications_unread_age",
+        "ix_webhook_deliveries_ended",
+        "ix_schedules_deleted",
+        "ix_tokens_revoked",
     }
     assert partial <= set(expected)
     assert _index_definitions(empty_store) == expected
@@ -540,7 +550,20 @@ def _schema(store: SqlStore) -> dict[str, Any]:
         for name in inspector.get_table_names()
         if name != "alembic_version"
     }
-    return {"tables": tables, "indexes": _index_definitions(store)}
+    return {"tables": tables, "indexes": _index_definitions(store), "triggers": _triggers(store)}
+
+
+def _triggers(store: SqlStore) -> list[tuple[str, str]]:
+    """Each trigger's name and definition (0008's pending counter lives in triggers)."""
+    if store.dialect == "sqlite":
+        query = "SELECT name, sql FROM sqlite_master WHERE type = 'trigger' ORDER BY name"
+    else:
+        query = (
+            "SELECT tgname, pg_get_triggerdef(oid) FROM pg_trigger "
+            "WHERE NOT tgisinternal ORDER BY tgname"
+        )
+    with store.engine.connect() as conn:
+        return [(str(name), str(sql)) for name, sql in conn.exec_driver_sql(query)]
 
 
 def test_0009_downgrade_restores_the_0008_schema(
@@ -557,6 +580,79 @@ def test_0009_downgrade_restores_the_0008_schema(
     with empty_store.engine.begin() as conn:
         conn.info["readonly"] = False
         command.downgrade(migrate._config(conn), "0008")
+
+    assert _schema(empty_store) == expected
+    migrate.upgrade(empty_store)
+    assert _differences(empty_store) == []
+
+
+def test_0010_downgrade_restores_the_0009_schema(
+    empty_store: SqlStore, database_kind: str, tmp_path: Path
+) -> None:
+    with _fresh_database(database_kind, tmp_path) as url:
+        reference = SqlStore(url)
+        try:
+            _migrate_to(reference, "0009")
+            expected = _schema(reference)
+        finally:
+            reference.dispose()
+    migrate.upgrade(empty_store)
+    with empty_store.engine.begin() as conn:
+        conn.info["readonly"] = False
+        command.downgrade(migrate._config(conn), "0009")
+
+    assert _schema(empty_store) == expected
+    migrate.upgrade(empty_store)
+    assert _differences(empty_store) == []
+
+
+def test_0010_leaves_an_upgraded_database_without_an_active_key(
+    empty_store: SqlStore,
+) -> None:
+    """Until the first ``punctual keys activate``, processes keep sealing with their key
+    files' ``active``: the upgrade records no key and knows no process."""
+    _migrate_to(empty_store, "0010")
+    with empty_store.engine.connect() as conn:
+        assert conn.execute(sa.text("SELECT count(*) FROM codec_state")).scalar_one() == 0
+        assert conn.execute(sa.text("SELECT count(*) FROM processes")).scalar_one() == 0
+
+
+def test_0011_downgrade_restores_the_0010_schema(
+    empty_store: SqlStore, database_kind: str, tmp_path: Path
+) -> None:
+    with _fresh_database(database_kind, tmp_path) as url:
+        reference = SqlStore(url)
+        try:
+            _migrate_to(reference, "0010")
+            expected = _schema(reference)
+        finally:
+            reference.dispose()
+    migrate.upgrade(empty_store)
+    with empty_store.engine.begin() as conn:
+        conn.info["readonly"] = False
+        command.downgrade(migrate._config(conn), "0010")
+
+    assert _schema(empty_store) == expected
+    migrate.upgrade(empty_store)
+    assert _differences(empty_store) == []
+
+
+def test_0012_downgrade_restores_the_0011_schema(
+    empty_store: SqlStore, database_kind: str, tmp_path: Path
+) -> None:
+    """0012 rebuilds ``starts`` on SQLite (its unique key changes) and re-creates the
+    pending-count triggers; going back must give exactly 0011's schema."""
+    with _fresh_database(database_kind, tmp_path) as url:
+        reference = SqlStore(url)
+        try:
+            _migrate_to(reference, "0011")
+            expected = _schema(reference)
+        finally:
+            reference.dispose()
+    migrate.upgrade(empty_store)
+    with empty_store.engine.begin() as conn:
+        conn.info["readonly"] = False
+        command.downgrade(migrate._config(conn), "0011")
 
     assert _schema(empty_store) == expected
     migrate.upgrade(empty_store)

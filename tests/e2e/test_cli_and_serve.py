@@ -204,7 +204,9 @@ def served(tmp_path_factory: pytest.TempPathFactory) -> Iterator[tuple[Server, s
 def test_help_lists_the_commands(tmp_path: Path) -> None:
     result = run_cli("--help", cwd=tmp_path)
     assert result.returncode == 0, result.stderr
-    for command in ("serve", "worker", "db", "tokens", "definitions", "starts", "health"):
+    host = ("serve", "worker", "db", "keys", "retention", "tokens", "definitions")
+    tenant = ("starts", "schedules", "runs", "health", "members")
+    for command in host + tenant:
         assert re.search(rf"^\W*{command}\b", result.stdout, re.MULTILINE), (command, result.stdout)
 
 
@@ -329,10 +331,10 @@ def test_tokens_create_prints_a_token_that_the_server_accepts(
     assert not (tmp_path / "punctual.db").exists(), "--database-url must be used, not the cwd"
 
 
-def test_definitions_list_and_health_json_on_the_served_database(
+def test_definitions_list_on_the_served_database_and_health_over_http(
     served: tuple[Server, str], tmp_path: Path
 ) -> None:
-    server, _ = served
+    server, token = served
     db = sqlite_url_of(server.directory)
     listed = run_cli("definitions", "list", "--json", "--database-url", db, cwd=tmp_path)
     assert listed.returncode == 0, listed.stderr
@@ -340,7 +342,7 @@ def test_definitions_list_and_health_json_on_the_served_database(
     assert {item["name"] for item in items} >= DEMO_WORKFLOWS
     assert all(item["loaded"] for item in items if item["name"] in DEMO_WORKFLOWS)
 
-    health = run_cli("health", "--json", "--database-url", db, cwd=tmp_path)
+    health = run_cli("health", "--json", "--url", server.base_url, "--token", token, cwd=tmp_path)
     report = json.loads(health.stdout)
     assert {"status", "findings", "starts", "schedules", "engine", "workers", "tzdata_version"} <= (
         set(report)
@@ -370,14 +372,6 @@ def test_sigterm_stops_the_server_and_a_restart_keeps_its_data(tmp_path: Path) -
         wait_for("the server's child processes to exit", lambda: group_gone(first.process.pid), 10)
     finally:
         first.kill()
-    # A clean stop shuts the worker down and records it: right after SIGTERM no worker is
-    # reported live and no definition is "loaded" (not only once its heartbeat goes stale).
-    health = run_cli("health", "--json", "--database-url", sqlite_url_of(directory), cwd=tmp_path)
-    assert json.loads(health.stdout)["workers"] == [], (
-        "SIGTERM did not run the server's shutdown (the worker was never marked stopped)\n"
-        + first.describe()
-    )
-
     second = start_server(directory)
     try:
         second.wait_healthy()
@@ -385,6 +379,23 @@ def test_sigterm_stops_the_server_and_a_restart_keeps_its_data(tmp_path: Path) -
         assert "admin token:" not in second.stdout()
         url = f"{second.base_url}/v1/tenants/default/definitions"
         assert httpx.get(url, headers=bearer(token), timeout=5).status_code == 200
+
+        # A clean stop shut the first worker down and recorded it: the only live worker is
+        # the second server's, though the first one's last heartbeat is still recent.
+        def second_worker() -> str | None:
+            found = re.search(r"event=worker_started worker=(\S+)", second.stderr())
+            return found.group(1) if found else None
+
+        worker_id = wait_for("the second server's worker", second_worker, STARTUP_SECONDS)
+        health = run_cli(
+            "health", "--json", "--url", second.base_url, "--token", token, cwd=tmp_path
+        )
+        assert health.returncode == 0, health.stdout + health.stderr
+        workers = [worker["id"] for worker in json.loads(health.stdout)["workers"]]
+        assert workers == [worker_id], (
+            "SIGTERM did not run the server's shutdown (the worker was never marked stopped)\n"
+            + first.describe()
+        )
         assert second.terminate() in (0, -signal.SIGTERM), second.describe()
     finally:
         second.kill()

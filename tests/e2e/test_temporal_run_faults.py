@@ -40,7 +40,7 @@ from temporalio.converter import DataConverter, PayloadCodec
 from temporalio.worker import UnsandboxedWorkflowRunner, Worker
 
 from punctual.adapters.engines.temporal.engine import TemporalEngine
-from punctual.adapters.engines.temporal.ledger import SqlRunLedger
+from punctual.adapters.engines.temporal.ledger import StoreRunLedger
 from punctual.adapters.engines.temporal.sync import sync_runs
 from punctual.adapters.engines.temporal.worker import TemporalWorker
 from punctual.adapters.stores.sql.tables import runs as runs_table
@@ -381,7 +381,7 @@ def test_the_sync_ends_an_undecodable_outcome_alone_and_syncs_the_rest_of_the_pa
     assert sync_runs(h.services, h.engine).finished == []
 
 
-class RaisingLedger(SqlRunLedger):
+class RaisingLedger(StoreRunLedger):
     """Recording the outcome of some runs raises an exception whose text quotes a value."""
 
     def __init__(self, store: Any, failing: set[str]) -> None:

@@ -61,3 +61,43 @@ def test_background_runner_and_worker_run_a_start(database_url: str, tmp_path: P
             time.sleep(0.05)
         assert run["result"] == {"metrics": {"score": 0.5}}
         assert scheduler.health_report()["status"] == "ok"
+
+
+def test_schedule_controls_trigger_backfill_and_by_name(database_url: str, tmp_path: Path) -> None:
+    """RS-9 in the Python API: the same use cases as the HTTP routes."""
+    system = bootstrap.build(make_settings(database_url, tmp_path))
+    with Scheduler(system, "default", "billing", Role.MEMBER) as scheduler:
+        register_demo(system)
+        body = {
+            "workflow": "echo",
+            "input": {"message": "tick"},
+            "spec": {"cron": "* * * * *", "time_zone": "UTC"},
+            "overlap": "allow_all",
+            "missed": "skip",
+            "max_occurrences": 3,
+        }
+        assert scheduler.plan_schedule_by_name("team/nightly", **body)["action"] == "create"
+        created = scheduler.put_schedule_by_name("team/nightly", **body)
+        assert created["name"] == "team/nightly"
+        assert created["remaining_occurrences"] == 3
+        assert scheduler.plan_schedule_by_name("team/nightly", **body) == {
+            "action": "unchanged",
+            "changed_fields": [],
+        }
+        assert scheduler.get_schedule_by_name("team/nightly")["id"] == created["id"]
+
+        triggered = scheduler.trigger(created["id"], idempotency_key="t1")
+        assert triggered["origin"] == "trigger"
+        assert scheduler.trigger(created["id"], idempotency_key="t1") == triggered
+
+        now = datetime.now(UTC)
+        backfilled = scheduler.backfill(
+            created["id"], now - timedelta(minutes=5), now - timedelta(seconds=1)
+        )
+        assert 4 <= backfilled["generated"] <= 5
+        assert {o["origin"] for o in backfilled["items"]} == {"backfill"}
+        again = scheduler.backfill(
+            created["id"], now - timedelta(minutes=5), now - timedelta(seconds=1)
+        )
+        assert again["generated"] == 0
+        assert again["existing"] == backfilled["generated"]

@@ -16,7 +16,7 @@ from typing import Any
 import sqlalchemy as sa
 
 from punctual import bootstrap
-from punctual.adapters.engines.temporal.ledger import OutcomeRefused, SqlRunLedger
+from punctual.adapters.engines.temporal.ledger import OutcomeRefused, StoreRunLedger
 from punctual.domain.runs import RunErrorCode, RunState, run_error
 from punctual.usecases import health, runs
 from punctual.usecases.projections import ts
@@ -30,7 +30,7 @@ def test_an_outcome_of_a_superseded_attempt_is_refused(database_url: str, tmp_pa
     try:
         live_worker(system)
         run_id = dispatched_run(system)
-        ledger = SqlRunLedger(system.store)
+        ledger = StoreRunLedger(system.store)
         now = datetime.now(UTC)
         assert ledger.mark_running(run_id, 1, now)
         assert ledger.mark_running(run_id, 2, now)  # Temporal retried: attempt 2 runs
@@ -55,7 +55,7 @@ def test_no_outcome_is_accepted_for_a_terminal_run(database_url: str, tmp_path: 
     try:
         live_worker(system)
         run_id = dispatched_run(system)
-        ledger = SqlRunLedger(system.store)
+        ledger = StoreRunLedger(system.store)
         now = datetime.now(UTC)
         assert ledger.mark_running(run_id, 1, now)
         system.mutations.run(None, runs.terminate(system.services, ALICE, run_id))
@@ -69,7 +69,7 @@ def test_no_outcome_is_accepted_for_a_terminal_run(database_url: str, tmp_path: 
         system.close()
 
 
-class RefusingLedger(SqlRunLedger):
+class RefusingLedger(StoreRunLedger):
     """Refuses, as a database refuses a value it cannot hold, the outcomes of some runs."""
 
     def __init__(self, store: Any, refused: set[str]) -> None:
@@ -119,7 +119,7 @@ def test_claimed_at_and_started_at_are_the_current_attempts(
     try:
         live_worker(system)
         run_id = dispatched_run(system)
-        ledger = SqlRunLedger(system.store)
+        ledger = StoreRunLedger(system.store)
         at = datetime(2030, 1, 1, tzinfo=UTC)
         second = timedelta(seconds=1)
         assert ledger.mark_running(run_id, 1, at)
@@ -152,7 +152,7 @@ def test_an_outcome_of_a_newer_attempt_clears_the_older_attempts_times(
     try:
         live_worker(system)
         run_id = dispatched_run(system)
-        ledger = SqlRunLedger(system.store)
+        ledger = StoreRunLedger(system.store)
         at = datetime(2030, 1, 1, tzinfo=UTC)
         assert ledger.mark_running(run_id, 1, at)
         assert ledger.mark_started(run_id, 1, at)
@@ -169,7 +169,7 @@ def test_a_run_failed_for_unreadable_input_degrades_health_until_acknowledged(
     try:
         live_worker(system)
         unreadable, key_unknown, raising = (dispatched_run(system) for _ in range(3))
-        ledger = SqlRunLedger(system.store)
+        ledger = StoreRunLedger(system.store)
         now = datetime.now(UTC)
         for run_id, code in (
             (unreadable, RunErrorCode.INPUT_UNDECRYPTABLE),

@@ -69,6 +69,12 @@ class Metrics:
             ["outcome"],
             registry=self.registry,
         )
+        self.retention_removed = Counter(
+            "punctual_retention_removed",
+            "Records removed by retention sweeps, by kind (RT-1).",
+            ["kind"],
+            registry=self.registry,
+        )
 
 
 class EventHub:
@@ -112,6 +118,9 @@ class EventHub:
             self._metrics.notifications.labels(str(event.data.get("kind"))).inc()
         elif event.name in ("webhook.delivered", "webhook.failed"):
             self._metrics.webhook_deliveries.labels(event.name.split(".")[1]).inc()
+        elif event.name == "retention.swept":
+            removed = float(event.data.get("removed", 0))
+            self._metrics.retention_removed.labels(str(event.data.get("kind"))).inc(removed)
         fields = " ".join(f"{key}={value}" for key, value in sorted(event.data.items()))
         log.info(
             "event=%s tenant=%s subject=%s %s", event.name, event.tenant, event.subject_id, fields

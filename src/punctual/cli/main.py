@@ -1,7 +1,14 @@
-"""The ``punctual`` command line (IF-3): serve, worker, db, tokens, definitions, starts, health.
+"""The ``punctual`` command line (SPEC IF-3).
 
-Exit codes: 0 success, 1 an operation was refused (the message says why), 2 usage or
-configuration error.
+Host commands act on this host's configuration and database: ``serve``, ``worker``,
+``db``, ``keys``, ``retention``, ``definitions`` and ``tokens create`` (the bootstrap
+token). Tenant commands (``starts``, ``schedules``, ``runs``, ``health``, ``members``,
+``tokens issue|list|revoke``) act through a server's HTTP API with a token
+(``punctual.cli.remote``), so they need no database.
+
+Exit codes (API.md "The CLI over HTTP"), the same for every command: 0 success, 1 the
+health report is unhealthy, 2 usage, validation or configuration error, 3 not found,
+4 conflict (a refusal), 5 unavailable or undecided, 6 not authenticated or not allowed.
 """
 
 from __future__ import annotations
@@ -12,6 +19,7 @@ import os
 import signal
 import sys
 import threading
+import time
 from collections.abc import Iterator
 from contextlib import contextmanager
 from typing import Annotated, Any
@@ -22,11 +30,27 @@ from punctual import bootstrap
 from punctual.adapters.stores.sql import migrate
 from punctual.adapters.stores.sql.store import SqlStore
 from punctual.cli import asgi
-from punctual.domain.permissions import Principal, Role
+from punctual.cli.keys import keys_app
+from punctual.cli.retention import retention_app
+from punctual.cli.schedules import schedules_app
+from punctual.cli.tenant import health_app, members_app, runs_app, starts_app, tokens_app
+from punctual.domain.permissions import Role
 from punctual.domain.runs import DefinitionState
-from punctual.errors import ConfigurationError, PunctualError
+from punctual.errors import (
+    BadRequest,
+    ConfigurationError,
+    Conflict,
+    Forbidden,
+    InvalidRequest,
+    NotFound,
+    PayloadTooLarge,
+    PunctualError,
+    QuotaExceeded,
+    Unauthenticated,
+    Unavailable,
+)
 from punctual.settings import Settings, load_settings
-from punctual.usecases import definitions, health, identity, schedules, starts
+from punctual.usecases import definitions, identity
 
 app = typer.Typer(
     name="punctual",
@@ -34,16 +58,18 @@ app = typer.Typer(
     no_args_is_help=True,
     add_completion=False,
 )
-db_app = typer.Typer(help="Database schema.", no_args_is_help=True)
-tokens_app = typer.Typer(help="Bearer tokens.", no_args_is_help=True)
-definitions_app = typer.Typer(help="Host-global workflow definitions.", no_args_is_help=True)
-starts_app = typer.Typer(help="Scheduled starts.", no_args_is_help=True)
-schedules_app = typer.Typer(help="Recurring schedules.", no_args_is_help=True)
+db_app = typer.Typer(help="Database schema (host).", no_args_is_help=True)
+definitions_app = typer.Typer(help="Host-global workflow definitions (host).", no_args_is_help=True)
 app.add_typer(db_app, name="db")
 app.add_typer(tokens_app, name="tokens")
 app.add_typer(definitions_app, name="definitions")
 app.add_typer(starts_app, name="starts")
 app.add_typer(schedules_app, name="schedules")
+app.add_typer(runs_app, name="runs")
+app.add_typer(health_app, name="health")
+app.add_typer(members_app, name="members")
+app.add_typer(keys_app, name="keys")
+app.add_typer(retention_app, name="retention")
 
 ConfigOpt = Annotated[str | None, typer.Option("--config", help="TOML configuration file.")]
 DbOpt = Annotated[
@@ -66,16 +92,25 @@ def _settings(config: str | None, database_url: str | None, **extra: Any) -> Set
     return load_settings(config, database_url=database_url, **extra)
 
 
+_EXIT_CODES: list[tuple[tuple[type[PunctualError], ...], int]] = [
+    ((ConfigurationError, BadRequest, InvalidRequest, PayloadTooLarge), 2),
+    ((NotFound,), 3),
+    ((Conflict,), 4),
+    ((QuotaExceeded, Unavailable), 5),
+    ((Unauthenticated, Forbidden), 6),
+]
+"""A host command's exit code for what it raised (as its HTTP status would map)."""
+
+
 @contextmanager
 def _handled() -> Iterator[None]:
     try:
         yield
-    except ConfigurationError as exc:
-        typer.echo(f"error: {exc}", err=True)
-        raise typer.Exit(2) from exc
     except PunctualError as exc:
-        typer.echo(f"error: {exc.code}: {exc}", err=True)
-        raise typer.Exit(1) from exc
+        code = next((code for kinds, code in _EXIT_CODES if isinstance(exc, kinds)), 5)
+        prefix = "" if isinstance(exc, ConfigurationError) else f"{exc.code}: "
+        typer.echo(f"error: {prefix}{exc}", err=True)
+        raise typer.Exit(code) from exc
 
 
 def _emit(data: Any, as_json: bool, human: str) -> None:
@@ -127,6 +162,7 @@ def serve(
             # uvicorn re-raises SIGTERM after its own shutdown; exit normally instead, so
             # the runner and workers below are stopped and recorded as stopped.
             signal.signal(signal.SIGTERM, lambda *_: sys.exit(0))
+            _serve_internal(system)
             typer.echo(f"punctual is serving on http://{host}:{port}")
             uvicorn.run(system.http_app(), host=host, port=port, log_level="warning")
         else:
@@ -154,10 +190,14 @@ def _serve_api_processes(
     with _handled():
         settings = _settings(config, database_url)
         system = bootstrap.build(settings)  # validate and migrate once, before forking
+    serving_internal = False
     try:
         _bootstrap_default_tenant(system, dev_token)
+        # With internal_listen, this supervising process serves the /internal tree.
+        serving_internal = _serve_internal(system)
     finally:
-        system.close()
+        if not serving_internal:
+            system.close()
     if config is not None:
         os.environ[asgi.CONFIG_FILE_VARIABLE] = config
     if database_url is not None:
@@ -171,6 +211,28 @@ def _serve_api_processes(
         workers=workers,
         log_level="warning",
     )
+
+
+def _serve_internal(system: bootstrap.Punctual) -> bool:
+    """Serve the ``/internal`` tree on ``internal_listen`` (SEC-3), in a thread beside the
+    API; False when it is not set (the API's address serves it, if there is a token)."""
+    import uvicorn
+
+    internal = system.internal_app()
+    address = system.settings.internal_address()
+    if internal is None or address is None:
+        return False
+    host, port = address
+    server = uvicorn.Server(uvicorn.Config(internal, host=host, port=port, log_level="warning"))
+    thread = threading.Thread(target=server.run, name="punctual-internal", daemon=True)
+    thread.start()
+    while not server.started:
+        if not thread.is_alive():
+            typer.echo(f"error: cannot serve internal_listen on {host}:{port}", err=True)
+            raise typer.Exit(2)
+        time.sleep(0.02)
+    typer.echo(f"internal routes on http://{host}:{port}/internal/")
+    return True
 
 
 def _bootstrap_default_tenant(system: bootstrap.Punctual, dev_token: str | None) -> None:
@@ -362,194 +424,6 @@ def definitions_check(
         for key in keys
     ]
     _emit({"definitions": report, "codec_keys": keys}, as_json, "\n".join(lines))
-
-
-def _operator(tenant: str) -> Principal:
-    """The CLI acts as the host operator: an admin of the tenant it names."""
-    return Principal(tenant=tenant, subject="operator", role=Role.ADMIN)
-
-
-@starts_app.command("list")
-def starts_list(
-    tenant: Annotated[str, typer.Option(help="Tenant.")] = "default",
-    state: Annotated[str | None, typer.Option(help="Only this state.")] = None,
-    limit: Annotated[int, typer.Option(help="At most this many (1-100).")] = 50,
-    as_json: JsonOpt = False,
-    config: ConfigOpt = None,
-    database_url: DbOpt = None,
-) -> None:
-    """List a tenant's scheduled starts."""
-    with _handled():
-        system = _system(config, database_url)
-        try:
-            result = starts.list_starts(
-                system.services, _operator(tenant), starts.ListStarts(state=state, limit=limit)
-            )
-        finally:
-            system.close()
-    lines = [
-        f"{s['id']}  {s['state']:<11} {s['start_at']}  {s['workflow']}  {s['business_request_id']}"
-        for s in result["items"]
-    ]
-    _emit(result, as_json, "\n".join(lines) or "no starts")
-
-
-@starts_app.command("get")
-def starts_get(
-    start_id: str,
-    tenant: Annotated[str, typer.Option(help="Tenant.")] = "default",
-    config: ConfigOpt = None,
-    database_url: DbOpt = None,
-) -> None:
-    """Show one scheduled start as JSON."""
-    with _handled():
-        system = _system(config, database_url)
-        try:
-            start = starts.get(system.services, _operator(tenant), start_id)
-        finally:
-            system.close()
-    typer.echo(json.dumps(start, indent=2))
-
-
-@schedules_app.command("list")
-def schedules_list(
-    tenant: Annotated[str, typer.Option(help="Tenant.")] = "default",
-    limit: Annotated[int, typer.Option(help="At most this many (1-100).")] = 50,
-    as_json: JsonOpt = False,
-    config: ConfigOpt = None,
-    database_url: DbOpt = None,
-) -> None:
-    """List a tenant's schedules with their next fire times."""
-    with _handled():
-        system = _system(config, database_url)
-        try:
-            result = schedules.list_schedules(system.services, _operator(tenant), limit, None)
-        finally:
-            system.close()
-    lines = [
-        f"{s['id']}  {'enabled ' if s['enabled'] else 'paused  '} {s['name']:<24} "
-        f"next: {(s['next_fire_times'] or ['-'])[0]}  last: {s['last_status'] or '-'}"
-        for s in result["items"]
-    ]
-    _emit(result, as_json, "\n".join(lines) or "no schedules")
-
-
-@schedules_app.command("create")
-def schedules_create(
-    name: Annotated[str, typer.Option(help="Unique among the tenant's schedules.")],
-    workflow: Annotated[str, typer.Option(help="Workflow name.")],
-    overlap: Annotated[str, typer.Option(help="skip, buffer_one or allow_all (required).")],
-    missed: Annotated[str, typer.Option(help="catch_up or skip (required).")],
-    input_json: Annotated[str, typer.Option("--input", help="Input as JSON.")] = "{}",
-    cron: Annotated[str | None, typer.Option(help="Five-field cron expression.")] = None,
-    time_zone: Annotated[str, typer.Option(help="IANA zone of the cron expression.")] = "UTC",
-    interval_ms: Annotated[int | None, typer.Option(help="Interval in milliseconds.")] = None,
-    workload_class: Annotated[str, typer.Option(help="Host workload class.")] = "standard",
-    max_catch_up: Annotated[int, typer.Option(help="1-100 per pass.")] = 10,
-    tenant: Annotated[str, typer.Option(help="Tenant.")] = "default",
-    subject: Annotated[str, typer.Option(help="Creator identity of the runs.")] = "operator",
-    as_json: JsonOpt = False,
-    config: ConfigOpt = None,
-    database_url: DbOpt = None,
-) -> None:
-    """Create a recurring schedule (cron in a time zone, or an interval)."""
-    if (cron is None) == (interval_ms is None):
-        typer.echo("error: give exactly one of --cron or --interval-ms", err=True)
-        raise typer.Exit(2)
-    try:
-        payload = json.loads(input_json)
-    except ValueError as exc:
-        typer.echo(f"error: --input is not valid JSON: {exc}", err=True)
-        raise typer.Exit(2) from exc
-    spec: dict[str, Any] = (
-        {"cron": cron, "time_zone": time_zone} if cron is not None else {"interval_ms": interval_ms}
-    )
-    command = schedules.CreateSchedule(
-        name, workflow, payload, spec, overlap, missed, workload_class, max_catch_up=max_catch_up
-    )
-    with _handled():
-        system = _system(config, database_url)
-        try:
-            principal = Principal(tenant=tenant, subject=subject, role=Role.ADMIN)
-            now = system.services.clock.now()
-            with system.store.transaction() as tx:
-                tx.identity.ensure_tenant(tenant, now)
-                if tx.identity.member_role(tenant, subject) is None:
-                    tx.identity.upsert_member(tenant, subject, Role.ADMIN, now)
-            created = system.mutations.run(
-                None, schedules.create(system.services, principal, command)
-            ).body
-        finally:
-            system.close()
-    human = f"{created['id']} {created['name']}: next {', '.join(created['next_fire_times'][:3])}"
-    _emit(created, as_json, human)
-
-
-def _toggle_schedule(
-    schedule_id: str, enabled: bool, tenant: str, config: str | None, database_url: str | None
-) -> None:
-    with _handled():
-        system = _system(config, database_url)
-        try:
-            operator = _operator(tenant)
-            current = schedules.get(system.services, operator, schedule_id)
-            mutation = schedules.set_enabled(
-                system.services, operator, schedule_id, current["version"], enabled
-            )
-            updated = system.mutations.run(None, mutation).body
-        finally:
-            system.close()
-    typer.echo(f"{updated['name']} is {'enabled' if updated['enabled'] else 'paused'}")
-
-
-@schedules_app.command("pause")
-def schedules_pause(
-    schedule_id: str,
-    tenant: Annotated[str, typer.Option(help="Tenant.")] = "default",
-    config: ConfigOpt = None,
-    database_url: DbOpt = None,
-) -> None:
-    """Stop generating occurrences (queued ones still run); the cursor is kept."""
-    _toggle_schedule(schedule_id, False, tenant, config, database_url)
-
-
-@schedules_app.command("resume")
-def schedules_resume(
-    schedule_id: str,
-    tenant: Annotated[str, typer.Option(help="Tenant.")] = "default",
-    config: ConfigOpt = None,
-    database_url: DbOpt = None,
-) -> None:
-    """Generate again; what was missed while paused follows the schedule's missed policy."""
-    _toggle_schedule(schedule_id, True, tenant, config, database_url)
-
-
-@app.command("health")
-def health_command(
-    tenant: Annotated[str, typer.Option(help="Tenant.")] = "default",
-    as_json: JsonOpt = False,
-    config: ConfigOpt = None,
-    database_url: DbOpt = None,
-) -> None:
-    """The tenant's health report; exits 1 when degraded."""
-    with _handled():
-        system = _system(config, database_url)
-        try:
-            report = health.report(system.services, _operator(tenant))
-        finally:
-            system.close()
-    human = [f"status: {report['status']}", f"failed starts: {report['starts']['failed_count']}"]
-    human += [f"stalled dispatches: {report['starts']['stalled_count']}"]
-    human += [f"engine available: {report['engine']['available']}"]
-    human += [f"live workers: {len(report['workers'])}", f"tzdata: {report['tzdata_version']}"]
-    human += [
-        f"finding {f['id']} [{f['kind']}] {'(acknowledged) ' if f['acknowledged'] else ''}"
-        f"{f['message']}"
-        for f in report["findings"]
-    ]
-    _emit(report, as_json, "\n".join(human))
-    if report["status"] != "ok":
-        raise typer.Exit(1)
 
 
 def main() -> None:

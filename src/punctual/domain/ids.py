@@ -9,7 +9,22 @@ from __future__ import annotations
 import secrets
 
 PREFIXES = frozenset(
-    {"st", "run", "sch", "occ", "tok", "fnd", "wrk", "ntf", "whk", "dlv", "evt"}
+    {
+        "st",
+        "run",
+        "sch",
+        "occ",
+        "tok",
+        "fnd",
+        "wrk",
+        "ntf",
+        "whk",
+        "dlv",
+        "evt",
+        "prc",
+        "hld",
+        "aud",
+    }
 )
 
 

@@ -44,6 +44,8 @@ class RunOrder:
     it still waits, and starts a new one over it once it has closed, instead of reporting
     "already started"; safe because the caller holds the start's claim, so no run record
     exists and no body has run."""
+    traceparent: str | None = None
+    """The start's W3C trace context, for an engine that carries it on (OS-1)."""
 
 
 class Engine(Protocol):

@@ -4,10 +4,13 @@ from __future__ import annotations
 
 from dataclasses import dataclass, field
 from datetime import datetime
+from enum import StrEnum
 from typing import Any
 
 from punctual.domain.recurrence import RecurrenceSpec
+from punctual.domain.runs import RunState
 from punctual.domain.schedules import Schedule, SchedulePolicy, VersionPolicy
+from punctual.domain.starts import ScheduledStart
 
 
 @dataclass(frozen=True)
@@ -50,6 +53,61 @@ class EncryptedInput:
     ciphertext: bytes
 
 
+# --- codec keys (RT-2) ------------------------------------------------------------------------
+
+
+class SealedKind(StrEnum):
+    """Where stored values sealed with a codec key live, counted while they may still be
+    read (a terminal record's input is never read again)."""
+
+    STARTS = "starts"
+    """Input of pending, dispatching and buffered starts and occurrences."""
+    RUNS = "runs"
+    """Input of pending and running runs."""
+    SCHEDULES = "schedules"
+    """Input of live schedules (paused ones included)."""
+    WEBHOOK_URLS = "webhook_urls"
+    """URLs of live webhooks."""
+    WEBHOOK_SECRETS = "webhook_secrets"
+    """Secrets of live webhooks that have one."""
+
+
+@dataclass(frozen=True)
+class SealedValue:
+    """One stored value sealed with a codec key; ``tenant`` is its associated data."""
+
+    kind: SealedKind
+    seq: int
+    id: str
+    tenant: str
+    sealed: EncryptedInput
+
+
+@dataclass(frozen=True)
+class Resealed:
+    """A value sealed again: replaced only while the row still holds ``old``."""
+
+    id: str
+    old: EncryptedInput
+    new: EncryptedInput
+
+
+@dataclass(frozen=True)
+class ProcessRecord:
+    """A running punctual process as it reports itself: the codec keys its ring holds and
+    the one it seals with (None while it refuses to seal, lacking the active key)."""
+
+    id: str
+    host: str
+    pid: int
+    components: list[str]
+    key_ids: list[str]
+    active_key_id: str | None
+    started_at: datetime
+    heartbeat_at: datetime | None = None
+    """Set by the store, on its own clock (the database's on PostgreSQL)."""
+
+
 @dataclass(frozen=True)
 class NewStart:
     id: str
@@ -86,6 +144,10 @@ class ClaimedStart:
     occurrence_at: datetime | None = None
     claimed_by: str = ""
     claim_seq: int = 0
+    occurrence_origin: str | None = None
+    """An occurrence's ``OccurrenceOrigin`` value (None for a one-off start)."""
+    overlap: str | None = None
+    """The overlap policy its trigger or backfill request named (None: the schedule's)."""
 
     @property
     def token(self) -> ClaimToken:
@@ -144,6 +206,8 @@ class ClaimedRun:
     timeout_seconds: float
     claim_token: str
     """``<worker id>/<attempt>``: this claim, as renewal, flags and the outcome match it."""
+    traceparent: str | None = None
+    """The W3C trace context its start carried, handed to the body (OS-1)."""
 
     @property
     def claim(self) -> RunClaim:
@@ -176,6 +240,44 @@ class RunFlags:
     cancel_requested: bool
     claim_token: str | None = None
     """Whose claim the run is under now; another than the worker's own means stop."""
+
+
+@dataclass(frozen=True)
+class RunRecord:
+    """A run as an engine that is handed one run by id needs it (``RunLedgerStore``), its
+    input still encrypted."""
+
+    id: str
+    seq: int
+    tenant: str
+    workflow: str
+    definition_version: str
+    state: RunState
+    attempts: int
+    origin: dict[str, Any]
+    input: EncryptedInput
+    task_queue: str
+    priority: int
+    timeout_seconds: float
+    cancel_requested: bool
+    created_at: datetime
+    result: Any
+    error: dict[str, Any] | None
+    traceparent: str | None = None
+    """The W3C trace context its start carried, handed to the body (OS-1)."""
+
+    @property
+    def active(self) -> bool:
+        return self.state in (RunState.PENDING, RunState.RUNNING)
+
+
+@dataclass(frozen=True)
+class RunSignal:
+    """What the store asks of a run's execution: its state and whether cancel is asked."""
+
+    tenant: str
+    state: RunState
+    cancel_requested: bool
 
 
 @dataclass(frozen=True)
@@ -235,6 +337,9 @@ class NewSchedule:
     created_by: str
     cursor: datetime
     next_fire_at: datetime | None
+    end_at: datetime | None = None
+    max_occurrences: int | None = None
+    source: str | None = None
 
 
 @dataclass(frozen=True)
@@ -259,6 +364,21 @@ class NewOccurrence:
     reason: str | None = None
     range_last: datetime | None = None
     range_count: int | None = None
+    origin: str = "schedule"
+    """An ``OccurrenceOrigin`` value."""
+    overlap: str | None = None
+    """The overlap policy a trigger or backfill request named (None: the schedule's)."""
+    rerun: int = 0
+    """0 for the first row of an instant; a backfill that generates the instant again
+    after skipped or failed rows takes the next number (they stay as history)."""
+
+
+@dataclass(frozen=True)
+class StoredOccurrence:
+    """An occurrence with its ``rerun`` number (``NewOccurrence.rerun``)."""
+
+    occurrence: ScheduledStart
+    rerun: int
 
 
 @dataclass(frozen=True)
@@ -280,6 +400,9 @@ class CursorMove:
     planned_version: int | None = None
     """The schedule version the plan was made from; the move applies only at it (None:
     unconditionally, for bookkeeping outside a pass)."""
+    fires_counted: int | None = None
+    """The schedule's spec fires decided so far, this pass's included (RS-9c); None leaves
+    the count as it is."""
 
 
 @dataclass(frozen=True)
@@ -466,3 +589,69 @@ class DeliveryOutcome:
     status_code: int | None
     error: str | None
     next_attempt_at: datetime | None
+
+
+# --- retention, holds and the audit log (RT-1, CR-8) ------------------------------------------
+
+
+@dataclass(frozen=True)
+class NewHold:
+    id: str
+    tenant: str
+    subject_kind: str  # start | schedule | run | tenant
+    subject_id: str
+    """The held record's id; a tenant hold names its tenant."""
+    reason: str
+    created_by: str
+    placed_by_host: bool
+
+
+@dataclass(frozen=True)
+class Hold:
+    id: str
+    tenant: str
+    subject_kind: str
+    subject_id: str
+    reason: str
+    created_by: str
+    created_at: datetime
+    released_at: datetime | None
+    released_by: str | None
+    placed_by_host: bool
+    seq: int = 0
+
+
+@dataclass(frozen=True)
+class NewAuditEntry:
+    """One decided user mutation: who, with which token, what, and how it was answered.
+    Never a body or input."""
+
+    id: str
+    tenant: str
+    actor: str
+    token_id: str | None
+    token_digest: str | None
+    """The request's token by its digest, when the edge knows no id: the store resolves it
+    to the token's id (no token when neither is given: a host action)."""
+    action: str
+    method: str
+    path: str
+    subject_kind: str | None
+    subject_id: str | None
+    status: int
+
+
+@dataclass(frozen=True)
+class AuditEntry:
+    id: str
+    tenant: str
+    at: datetime
+    actor: str
+    token_id: str | None
+    action: str
+    method: str
+    path: str
+    subject_kind: str | None
+    subject_id: str | None
+    status: int
+    seq: int = 0

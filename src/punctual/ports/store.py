@@ -13,11 +13,14 @@ from datetime import datetime
 from typing import Any, Protocol
 
 from punctual.domain.permissions import Principal, Role
+from punctual.domain.retention import RecordKind, RetentionWindow
 from punctual.domain.runs import Definition, DefinitionState, Run, RunState
 from punctual.domain.schedules import Schedule
 from punctual.domain.starts import ScheduledStart, StartState
+from punctual.ports.driver import ScheduleSync
 from punctual.ports.records import (
     AttemptOutcome,
+    AuditEntry,
     BaselineRun,
     ClaimedDelivery,
     ClaimedRun,
@@ -34,9 +37,12 @@ from punctual.ports.records import (
     Finding,
     Fired,
     FollowThroughRecord,
+    Hold,
     IdempotencyRecord,
     KeyOutcome,
+    NewAuditEntry,
     NewDelivery,
+    NewHold,
     NewNotification,
     NewOccurrence,
     NewRun,
@@ -44,10 +50,17 @@ from punctual.ports.records import (
     NewStart,
     NewWebhook,
     Notification,
+    ProcessRecord,
+    Resealed,
     RunClaim,
     RunFilter,
     RunFlags,
+    RunRecord,
+    RunSignal,
+    SealedKind,
+    SealedValue,
     StartFilter,
+    StoredOccurrence,
     TokenRecord,
     WebhookRecord,
     WorkerRecord,
@@ -225,7 +238,8 @@ class Starts(Protocol):
     ) -> list[tuple[int, ScheduledStart]]: ...
 
     def count_pending(self, tenant: str, workload_class: str | None = None) -> int:
-        """Starts in ``scheduled`` or ``dispatching``."""
+        """One-off starts in ``scheduled`` or ``dispatching``, and backfilled occurrences
+        not started yet (``buffered`` too: they wait their turn, RS-9b)."""
 
     def count_in_state(self, tenant: str, state: StartState) -> int: ...
 
@@ -277,7 +291,8 @@ class Starts(Protocol):
         ``run_id``, whether or not the run exists yet (FT-5)."""
 
     def key_usage(self) -> dict[str, dict[str, int]]:
-        """Codec key id -> {what still needs it: count} over pending and live work."""
+        """Codec key id -> {``SealedKind`` value: count} of the stored values that may still
+        be read (pending work, live schedules and webhooks), every table included."""
 
     def count_due(self, now: datetime) -> int:
         """Starts (occurrences included) that are due and still ``scheduled``."""
@@ -287,7 +302,14 @@ class Starts(Protocol):
         a lease expiry (on the store's clock) counts as due, moved onto that clock."""
 
     def insert_occurrences(self, occurrences: Sequence[NewOccurrence], now: datetime) -> int:
-        """Insert occurrences; an existing (schedule, occurrence_at) must be kept as it is."""
+        """Insert occurrences; an existing (schedule, occurrence_at, rerun) must be kept as
+        it is (RS-5: after a commit the same occurrence is retried, never regenerated)."""
+
+    def occurrences_between(
+        self, schedule_id: str, after: datetime, until: datetime
+    ) -> list[StoredOccurrence]:
+        """Every row of the schedule with ``occurrence_at`` in ``(after, until]``, skipped
+        and failed history included, ordered by (``occurrence_at``, ``rerun``)."""
 
     def get_occurrence(
         self, tenant: str, schedule_id: str, occurrence_id: str, *, lock: bool = False
@@ -300,10 +322,14 @@ class Starts(Protocol):
     def cancel_unstarted(self, schedule_id: str, reason: str, now: datetime) -> int:
         """Cancel the schedule's scheduled and buffered occurrences, with ``reason``."""
 
-    def buffered_of(self, schedule_id: str) -> int: ...
+    def buffered_of(self, schedule_id: str) -> int:
+        """The schedule's ``buffer_one`` occurrences waiting (queued backfilled ones, which
+        have no overlap policy of their own, are not counted)."""
 
     def release_buffered(self, now: datetime) -> int:
-        """Buffered occurrences whose schedule has no unfinished run become due now."""
+        """Buffered occurrences whose schedule has no unfinished run become due now. Of the
+        queued backfilled ones only the earliest of a schedule goes, and only while nothing
+        else of that schedule is due or being dispatched: they run one after another."""
 
     def occurrence_counts(self, tenant: str) -> dict[str, dict[str, int]]:
         """Per schedule id: ``skipped_count``, ``missed_count`` (ranges counted in full)
@@ -403,6 +429,75 @@ class Runs(Protocol):
         end ``timed_out``."""
 
 
+class OutcomeRefused(Exception):
+    """The store refused to record a run's outcome for a reason retrying cannot change (a
+    value the database cannot hold): the same write would be refused again."""
+
+    def __init__(self, run_id: str, cause: BaseException) -> None:
+        super().__init__(f"the store refused the outcome of run {run_id} ({type(cause).__name__})")
+        self.run_id = run_id
+
+
+class RunLedgerStore(Protocol):
+    """Runs by id, for an engine that executes them without a store lease (Temporal).
+
+    ``Runs`` hands a local worker *some* runs of its queues by claim; such an engine is
+    handed *one* run by id, and its sync sees what the engine decided, so both read and
+    update a run by its id. ``claimed_by`` names the engine: its runs carry it with no
+    lease, so the lease recovery of ``Runs.release_lost`` never touches them.
+
+    Every update must leave a run that is no longer ``pending`` or ``running`` as it is
+    (a terminate, a timeout, an outcome already recorded is never overwritten), and must
+    ignore an attempt older than the newest one recorded (a worker the engine gave up on
+    that lives on). ``claimed_at`` and ``started_at`` are the current attempt's (API.md
+    "Runs").
+    """
+
+    def load(self, run_id: str) -> RunRecord | None: ...
+
+    def start_state(self, run_id: str) -> StartState | None:
+        """State of the start or occurrence that allocated ``run_id`` (None: there is none)."""
+
+    def active(self, claimed_by: str, after_seq: int, limit: int) -> list[RunRecord]:
+        """Pending or running runs, unclaimed or claimed by ``claimed_by``, with ``seq``
+        after ``after_seq``, in row order."""
+
+    def flags(self, run_id: str) -> tuple[RunState, bool] | None:
+        """(state, cancel_requested) of a run."""
+
+    def signals(self, run_ids: Sequence[str]) -> dict[str, RunSignal]:
+        """State and cancel request of each run of ``run_ids`` the store knows, however
+        many ids are given."""
+
+    def mark_running(self, run_id: str, attempts: int, claimed_by: str, now: datetime) -> bool:
+        """``running`` under ``claimed_by`` with at least ``attempts``, no lease; False
+        (and no change) unless the run is still active and no later attempt was recorded.
+        A newer attempt than the recorded one is claimed at ``now`` and has not started its
+        body (``started_at`` cleared); marking the same attempt again keeps its times."""
+
+    def mark_started(self, run_id: str, attempts: int, now: datetime) -> bool:
+        """``started_at`` = ``now``; False (and no change) unless the run is still active at
+        exactly attempt ``attempts``."""
+
+    def finish(
+        self,
+        run_id: str,
+        state: RunState,
+        attempts: int,
+        result: Any,
+        error: dict[str, Any] | None,
+        claimed_by: str,
+        now: datetime,
+    ) -> str | None:
+        """Record the outcome of attempt ``attempts`` (``ended_at`` = ``now``, no lease);
+        returns the run's tenant, or None (and no change) unless the run is still active
+        and no later attempt was recorded. An outcome of an attempt newer than the
+        recorded one clears ``claimed_at`` and ``started_at``: the older attempt's times
+        would be wrong, the newer one's are not known. Results and errors are stored
+        losslessly, NUL characters included (FT-3); values the store cannot hold raise
+        ``OutcomeRefused``, an outage ``Unavailable`` (from the transaction)."""
+
+
 class Schedules(Protocol):
     def insert(self, new: NewSchedule, now: datetime) -> Schedule:
         """A new schedule is at version 1, revision 1. A name another live schedule of the
@@ -421,7 +516,13 @@ class Schedules(Protocol):
         """Until commit, other creates of ``tenant``'s schedules must wait, so that a count
         and a name check followed by an insert are exact across processes."""
 
-    def find(self, tenant: str, after_seq: int, limit: int) -> list[tuple[int, Schedule]]: ...
+    def find(
+        self, tenant: str, after_seq: int, limit: int, source: str | None = None
+    ) -> list[tuple[int, Schedule]]:
+        """Live schedules in row order; with ``source``, only those last applied from it."""
+
+    def by_name(self, tenant: str, name: str, *, lock: bool = False) -> Schedule | None:
+        """The live schedule with that name (names are unique among live ones)."""
 
     def by_creator(self, tenant: str, subject: str) -> list[Schedule]: ...
 
@@ -446,7 +547,8 @@ class Schedules(Protocol):
     def move_cursors(self, moves: Sequence[CursorMove]) -> set[str]:
         """Move many cursors in one statement; bookkeeping, never ``version`` (RS-6). A
         move with a ``planned_version`` must skip a schedule no longer at that version (a
-        concurrent edit is never overwritten); returns the ids of the schedules moved."""
+        concurrent edit is never overwritten); returns the ids of the schedules moved. A
+        move with ``fires_counted`` also sets the count of the spec's fires (RS-9c)."""
 
     def note_ended(self, ended: Sequence[EndedStatus]) -> None:
         """``last_status``/``last_run_id`` after runs ended (CR-4): a schedule's row moves
@@ -591,9 +693,117 @@ class Webhooks(Protocol):
     def count_failed(self, tenant: str) -> int: ...
 
 
+class Keys(Protocol):
+    """The codec key lifecycle's records (RT-2): the active key id, the processes that
+    report which keys they hold, and the sealed values a rewrap moves to the active key.
+
+    Liveness is judged on the store's clock (the database's on PostgreSQL, ``now`` on
+    SQLite), so hosts with skewed clocks agree on which processes are live.
+    """
+
+    def lock(self) -> None:
+        """Until commit, other ``lock`` callers wait: an activation and a process joining
+        decide one at a time, so neither misses the other."""
+
+    def active_key_id(self) -> str | None:
+        """The key id ``punctual keys activate`` recorded; None before the first one."""
+
+    def set_active_key_id(self, key_id: str, now: datetime) -> None: ...
+
+    def heartbeat_process(self, process: ProcessRecord, now: datetime) -> None:
+        """Insert or refresh the process's row (``heartbeat_at`` = the store's clock); a
+        row marked stopped stays stopped."""
+
+    def stop_process(self, process_id: str, now: datetime) -> None: ...
+
+    def live_processes(self, liveness_seconds: float, now: datetime) -> list[ProcessRecord]:
+        """Processes not stopped whose last heartbeat is less than ``liveness_seconds``
+        old, oldest first."""
+
+    def prune_processes(self, liveness_seconds: float, now: datetime) -> int:
+        """Forget processes that stopped or have not been live for ``liveness_seconds``."""
+
+    def sealed(
+        self, kind: SealedKind, other_than: str, after_seq: int, limit: int
+    ) -> list[SealedValue]:
+        """Values of ``kind`` that may still be read and are sealed with a key other than
+        ``other_than``, after ``after_seq`` in row order; starts being dispatched are left
+        out (their claim holds a copy of the input)."""
+
+    def reseal(self, kind: SealedKind, values: Sequence[Resealed]) -> set[str]:
+        """Replace each value only while its row still holds exactly ``old`` and may still
+        be read (a concurrent change or claim wins); the ids replaced. Never a version,
+        ``updated_at`` or claim change: a rewrap is invisible to users and to dispatch."""
+
+
+# --- retention, holds and the audit log (RT-1, CR-8) ------------------------------------------
+
+
+class Retention(Protocol):
+    """What a sweep may remove (RT-1), one tenant and one kind at a time, in bounded
+    batches. A record is removable once terminal for longer than the window and covered
+    by no active hold (``domain.retention.HoldKind`` says what each kind covers); never
+    anything non-terminal, a run awaiting its follow-through, the latest completed run of
+    a live schedule or the run its ``last_run_id`` names, nor an idempotency record of a
+    start, occurrence or run that still exists."""
+
+    def tenants(self) -> list[str]: ...
+
+    def remove(
+        self, kind: RecordKind, window: RetentionWindow, limit: int
+    ) -> dict[RecordKind, int]:
+        """Remove at most ``limit`` removable records of ``kind`` (oldest first, skipping
+        rows another transaction holds locked) and what goes with them: a run takes its
+        dispatched start or occurrence, an occurrence its follow-through, a schedule its
+        status. Returns how many of each kind went. Must first take the lock of
+        ``Holds.lock_against_sweeps`` and remove nothing of a tenant under a hold."""
+
+    def count(self, kind: RecordKind, window: RetentionWindow) -> dict[RecordKind, int]:
+        """What ``remove`` would take now without a limit (the dry run), per kind."""
+
+
+class Holds(Protocol):
+    def lock_against_sweeps(self) -> None:
+        """Until commit, no sweep batch runs (and this waits for one under way): a hold
+        placed after its subject was checked to exist is in force before any sweep
+        looks again."""
+
+    def insert(self, new: NewHold, now: datetime) -> Hold: ...
+
+    def get(self, hold_id: str, tenant: str | None = None) -> Hold | None:
+        """The hold, in ``tenant`` when given (another tenant's is absent)."""
+
+    def find(
+        self, tenant: str, *, active_only: bool, before_seq: int | None, limit: int
+    ) -> list[Hold]:
+        """Newest first (``seq`` descending), older than ``before_seq`` when given."""
+
+    def release(self, hold_id: str, released_by: str, now: datetime) -> Hold | None:
+        """Set ``released_at`` once (idempotent: a second release keeps the first)."""
+
+
+class Audit(Protocol):
+    def record(self, entries: Sequence[NewAuditEntry], now: datetime) -> None:
+        """Append entries at ``now``, in the caller's transaction (an entry commits with
+        the mutation it describes, or not at all)."""
+
+    def find(
+        self,
+        tenant: str,
+        *,
+        subject_id: str | None,
+        actor: str | None,
+        before_seq: int | None,
+        limit: int,
+    ) -> list[AuditEntry]:
+        """Newest first (``seq`` descending), older than ``before_seq`` when given."""
+
+
 class Tx(Protocol):
     """The repositories of one open transaction."""
 
+    @property
+    def keys(self) -> Keys: ...
     @property
     def identity(self) -> Identity: ...
     @property
@@ -605,6 +815,8 @@ class Tx(Protocol):
     @property
     def runs(self) -> Runs: ...
     @property
+    def run_ledger(self) -> RunLedgerStore: ...
+    @property
     def findings(self) -> Findings: ...
     @property
     def schedules(self) -> Schedules: ...
@@ -614,6 +826,14 @@ class Tx(Protocol):
     def notifications(self) -> Notifications: ...
     @property
     def webhooks(self) -> Webhooks: ...
+    @property
+    def retention(self) -> Retention: ...
+    @property
+    def holds(self) -> Holds: ...
+    @property
+    def audit(self) -> Audit: ...
+    @property
+    def schedule_sync(self) -> ScheduleSync: ...
 
 
 class Store(Protocol):

@@ -79,6 +79,13 @@ class Runner:
         for thread in self._threads:
             thread.start()
         log.info("event=runner_started runner=%s", self.id)
+        if self._services.driver.name != "sql":
+            log.info(
+                "event=schedule_generation_off runner=%s driver=%s note=Temporal Schedules "
+                "fire schedules; this runner dispatches occurrences and one-off starts",
+                self.id,
+                self._services.driver.name,
+            )
 
     def stop(self, timeout: float = 10.0) -> None:
         self._stop.set()
@@ -93,7 +100,11 @@ class Runner:
         return max(generated, self.dispatch_once())
 
     def generate_once(self) -> int:
-        """One generation pass; the occurrences generated."""
+        """One generation pass; the occurrences generated. Under the Temporal Schedules
+        driver Temporal fires schedules, so there is no pass (triggers, backfills and
+        one-off starts are still dispatched here)."""
+        if self._services.driver.name != "sql":
+            return 0
         return generate(self._services, self._options.page_size).generated
 
     def dispatch_once(self) -> int:

@@ -3,11 +3,13 @@
 from __future__ import annotations
 
 import random
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
+from datetime import datetime
 
 from punctual.ports.clock import Clock
 from punctual.ports.codec import Codec
+from punctual.ports.driver import Driver, DriverSchedule, DriverView
 from punctual.ports.engine import Engine
 from punctual.ports.events import Event, EventSink
 from punctual.ports.quota import QuotaController
@@ -48,6 +50,25 @@ class HostPolicy:
     """How long follow-through waits for an occurrence's run to end (CR-5)."""
 
 
+class SqlDriver:
+    """The default driver: the runner's generation pass fires schedules from the store, so
+    there is no copy elsewhere to keep in step (every call is a no-op)."""
+
+    name = "sql"
+
+    def ensure(self, schedule: DriverSchedule) -> list[datetime]:
+        return []
+
+    def remove(self, schedule_id: str) -> None:
+        pass
+
+    def describe_many(self, schedule_ids: Sequence[str]) -> dict[str, DriverView]:
+        return {}
+
+    def list_marked(self) -> list[str]:
+        return []
+
+
 class NullEvents:
     def emit(self, event: Event) -> None:
         pass
@@ -74,6 +95,8 @@ class Services:
     events: EventSink = field(default_factory=NullEvents)
     webhooks: WebhookSender = field(default_factory=NoWebhooks)
     rng: random.Random = field(default_factory=random.Random)
+    driver: Driver = field(default_factory=SqlDriver)
+    """What fires schedules (CR-6): the SQL runner, or Temporal Schedules."""
     on_due_change: Callable[[], None] = field(default=lambda: None)
     """Called after a commit that may make work due sooner (wakes the runner)."""
     crash_point: Callable[[str], None] = field(default=lambda name: None)

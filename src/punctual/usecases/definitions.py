@@ -13,6 +13,7 @@ from punctual.errors import ConfigurationError, Conflict, InvalidRequest, NotFou
 from punctual.ports.records import WorkerRecord
 from punctual.ports.store import Tx
 from punctual.usecases.context import Services
+from punctual.usecases.keys import needed_by
 from punctual.usecases.projections import definition_view
 
 
@@ -121,7 +122,8 @@ def definition_users(tx: Tx, name: str, version: str, is_active: bool) -> list[s
 
 
 def key_report(services: Services) -> list[dict[str, Any]]:
-    """Every codec key in the ring or referenced by stored work, with what needs it."""
+    """Every codec key in the ring or needed by stored values, with what needs them;
+    ``active`` is the key this process seals with (the store's, once one was activated)."""
     with services.store.transaction(readonly=True) as tx:
         usage = tx.starts.key_usage()
     ring = set(services.codec.key_ids())
@@ -130,9 +132,7 @@ def key_report(services: Services) -> list[dict[str, Any]]:
             "key_id": key_id,
             "in_key_ring": key_id in ring,
             "active": key_id == services.codec.active_key_id,
-            "needed_by": [
-                f"{count} {kind}" for kind, count in sorted(usage.get(key_id, {}).items())
-            ],
+            "needed_by": needed_by(usage.get(key_id, {})),
         }
         for key_id in sorted(ring | set(usage))
     ]

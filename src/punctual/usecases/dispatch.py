@@ -36,11 +36,11 @@ from punctual.domain.permissions import Action, Principal, Role, allowed
 from punctual.domain.runs import Definition, DefinitionState
 from punctual.domain.schedules import (
     OverlapDecision,
-    OverlapPolicy,
     Schedule,
     VersionPolicy,
     auto_disabled_status,
-    overlap_decision,
+    needs_overlap_lock,
+    occurrence_overlap_decision,
 )
 from punctual.domain.starts import LastError, StartState
 from punctual.domain.timeutil import to_rfc3339
@@ -50,6 +50,7 @@ from punctual.ports.engine import EngineUnavailable, RunOrder
 from punctual.ports.events import Event
 from punctual.ports.records import ClaimedStart, DispatchedStart, Fired, NewRun
 from punctual.ports.store import Tx
+from punctual.usecases import schedule_driver
 from punctual.usecases.context import Services
 from punctual.usecases.definitions import input_problems
 from punctual.usecases.notify import NotificationEvent, notify, notify_auto_disabled
@@ -291,10 +292,11 @@ def _definitions_for(
 
 def _needs_schedule_lock(decision: Decision, schedules: dict[str, Schedule]) -> bool:
     schedule = schedules.get(decision.claim.schedule_id or "")
+    claim = decision.claim
     return (
         isinstance(decision, Dispatched)
         and schedule is not None
-        and schedule.policy.overlap is not OverlapPolicy.ALLOW_ALL
+        and needs_overlap_lock(schedule.policy.overlap, claim.occurrence_origin, claim.overlap)
     )
 
 
@@ -361,6 +363,7 @@ def _decide(
         timeout_seconds=timeout,
         origin=claim.origin,
         replaces_unrecorded=claim.claim_seq > 1,
+        traceparent=claim.traceparent,
     )
     return Dispatched(claim, definition, order)
 
@@ -543,6 +546,8 @@ def _auto_disable(
             schedule.id, schedule.version, now, enabled=False, last_status=status
         ):
             notify_auto_disabled(services, tx, schedule, status, now)
+            # Not a Temporal call inside dispatch: the fire's workflow or the sweep pauses it.
+            schedule_driver.mark_drifted(services, tx, schedule.id, now)
             return
 
 
@@ -557,8 +562,10 @@ def _dispatch_under_schedule_lock(
         now = services.clock.now()
         schedule = tx.schedules.lock_for_dispatch(claim.schedule_id)
         assert schedule is not None
-        verdict = overlap_decision(
+        verdict = occurrence_overlap_decision(
             schedule.policy.overlap,
+            claim.occurrence_origin,
+            claim.overlap,
             previous_unfinished=tx.runs.count_active_of_schedule(schedule.id) > 0,
             one_already_buffered=tx.starts.buffered_of(schedule.id) > 0,
         )

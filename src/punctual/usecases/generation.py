@@ -1,10 +1,12 @@
-"""The generation pass: turn schedules into occurrences (RS-4, RS-5).
+"""The generation pass: turn schedules into occurrences (RS-4, RS-5, RS-9c, RS-9d).
 
 Due schedules are locked for the pass (concurrent runners skip them); for each one the
-pure ``plan_occurrences`` decides what to generate, what was missed and what DST
-removed, and the occurrences and the moved cursor commit in the same transaction. A
-crash before the commit leaves neither; after it, an occurrence is a start like any
-other and is retried, never regenerated (the (schedule, occurrence_at) key is unique).
+pure ``plan_occurrences`` decides what to generate, what was missed, what DST removed
+and whether the schedule reached its end, and the occurrences, the moved cursor and the
+count of the spec's fires commit in the same transaction. A crash before the commit
+leaves neither; after it, an occurrence is a start like any other and is retried, never
+regenerated (the (schedule, occurrence_at, rerun) key is unique). Each occurrence is due
+at its ``occurrence_at`` plus the schedule's deterministic jitter.
 """
 
 from __future__ import annotations
@@ -13,7 +15,13 @@ from dataclasses import dataclass
 from datetime import datetime, timedelta
 
 from punctual.domain.ids import new_id
-from punctual.domain.schedules import Plan, Schedule, plan_occurrences
+from punctual.domain.schedules import (
+    OccurrenceOrigin,
+    Plan,
+    Schedule,
+    jitter_delay,
+    plan_occurrences,
+)
 from punctual.domain.starts import StartState
 from punctual.ports.events import Event
 from punctual.ports.records import CursorMove, EncryptedInput, NewOccurrence
@@ -46,19 +54,32 @@ def generate(services: Services, budget: int) -> GenerationReport:
     with services.store.transaction() as tx:
         due = tx.schedules.claim_due_for_generation(now + LOOKAHEAD, budget)
         planned: list[tuple[Schedule, EncryptedInput, Plan]] = []
-        remaining = budget
+        budget_left = budget
         for claimed in due:
-            if remaining <= 0:
+            if budget_left <= 0:
                 break
             schedule = claimed.schedule
             plan = plan_occurrences(
-                schedule.spec, schedule.policy, schedule.cursor, now, remaining, LOOKAHEAD
+                schedule.spec,
+                schedule.policy,
+                schedule.cursor,
+                now,
+                budget_left,
+                LOOKAHEAD,
+                end_at=schedule.end_at,
+                remaining=schedule.remaining_occurrences,
             )
             planned.append((schedule, claimed.input, plan))
-            remaining -= len(plan.occurrences)
+            budget_left -= len(plan.occurrences)
         moved = tx.schedules.move_cursors(
             [
-                CursorMove(schedule.id, plan.cursor, plan.next_fire_at, schedule.version)
+                CursorMove(
+                    schedule.id,
+                    plan.cursor,
+                    plan.next_fire_at,
+                    schedule.version,
+                    fires_counted=schedule.fires_counted + plan.counted,
+                )
                 for schedule, _, plan in planned
             ]
         )
@@ -122,6 +143,7 @@ def _occurrence(
         reason=reason,
         range_last=range_last,
         range_count=range_count,
+        origin=OccurrenceOrigin.SCHEDULE.value,
     )
 
 
@@ -131,12 +153,13 @@ def _rows(
     """The rows a plan writes: occurrences to fire, and a record of every decision not to."""
     rows: list[NewOccurrence] = []
     for planned in plan.occurrences:
+        due_at = planned.at + jitter_delay(schedule.id, planned.at, schedule.policy.jitter)
         rows.append(
             _occurrence(
                 schedule,
                 encrypted,
                 planned.at,
-                max(planned.at, now) if planned.late else planned.at,
+                max(due_at, now) if planned.late else due_at,
                 nominal=planned.nominal.isoformat(),
                 dst_adjustment=planned.dst_adjustment.value if planned.dst_adjustment else None,
             )

@@ -9,7 +9,7 @@ from punctual.domain.permissions import Action, Principal, require
 from punctual.domain.recurrence import tzdata_version
 from punctual.domain.starts import StartState
 from punctual.errors import not_found
-from punctual.ports.records import StartFilter
+from punctual.ports.records import StartFilter, WorkerRecord
 from punctual.ports.store import Tx
 from punctual.usecases.context import Services
 from punctual.usecases.idempotency import Mutation, Outcome
@@ -70,18 +70,67 @@ def report(services: Services, principal: Principal) -> dict[str, Any]:
             for _, schedule in live
         ],
         "engine": {"name": services.engine.name, "available": engine_up},
-        "workers": [
-            {
-                "id": w.id,
-                "engine": w.engine,
-                "host": w.host,
-                "task_queues": w.task_queues,
-                "loaded": [{"workflow": n, "version": v, "artifact": a} for n, v, a in w.loaded],
-                "slots": w.slots,
-                "heartbeat_at": ts(w.heartbeat_at),
-            }
-            for w in workers
-        ],
+        "workers": [worker_view(w) for w in workers],
+        "tzdata_version": tzdata_version(),
+    }
+
+
+def worker_view(worker: WorkerRecord) -> dict[str, Any]:
+    return {
+        "id": worker.id,
+        "engine": worker.engine,
+        "host": worker.host,
+        "task_queues": worker.task_queues,
+        "loaded": [{"workflow": n, "version": v, "artifact": a} for n, v, a in worker.loaded],
+        "slots": worker.slots,
+        "heartbeat_at": ts(worker.heartbeat_at),
+    }
+
+
+ORPHANED_SCHEDULE = "orphaned_schedule"
+"""The finding of a schedule whose firing driver and record disagree (SPEC CR-6)."""
+
+
+def host_report(services: Services) -> dict[str, Any]:
+    """Host-wide health for the host's operators (``GET /internal/health``): every tenant's
+    status by the rule of its own report, the live workers, the engine, and the open
+    ``orphaned_schedule`` findings of every tenant. Counts per tenant, not lists: the
+    tenant's own report has the details."""
+    now = services.clock.now()
+    engine_up = services.engine.available()
+    since = now - timedelta(seconds=services.policy.worker_liveness_seconds)
+    tenants: list[dict[str, Any]] = []
+    orphans: list[dict[str, Any]] = []
+    with services.store.transaction(readonly=True) as tx:
+        host_findings = tx.findings.latest(HOST, FINDING_LIST_LIMIT)
+        engine_up = engine_up and not any(f.kind == "engine_unavailable" for f in host_findings)
+        host_failures = tx.findings.count_open(HOST, "error")
+        for tenant in tx.retention.tenants():
+            failures = host_failures + tx.findings.count_open(tenant, "error")
+            stalled = tx.starts.stalled(tenant, STALL_GRACE.total_seconds(), now, FAILED_LIST_LIMIT)
+            degraded = bool(failures) or not engine_up or bool(stalled)
+            tenants.append(
+                {
+                    "tenant": tenant,
+                    "status": "degraded" if degraded else "ok",
+                    "open_findings_count": failures,
+                    "failed_starts_count": tx.starts.count_in_state(tenant, StartState.FAILED),
+                    "stalled_count": len(stalled),
+                }
+            )
+            orphans += [
+                {"tenant": tenant, **finding_view(f)}
+                for f in tx.findings.latest(tenant, FINDING_LIST_LIMIT)
+                if f.kind == ORPHANED_SCHEDULE and f.acknowledged_at is None
+            ]
+        workers = tx.definitions.live_workers(since)
+    degraded = not engine_up or bool(orphans) or any(t["status"] == "degraded" for t in tenants)
+    return {
+        "status": "degraded" if degraded else "ok",
+        "tenants": tenants,
+        "engine": {"name": services.engine.name, "available": engine_up},
+        "workers": [worker_view(w) for w in workers],
+        "orphans": orphans,
         "tzdata_version": tzdata_version(),
     }
 

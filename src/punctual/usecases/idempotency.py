@@ -11,6 +11,11 @@ background thread: if it is not decided within the bounded API wait the caller g
 ``202 in_progress`` while it carries on, and a retry with the same key returns its
 outcome once it is decided.
 
+Every mutation that takes effect for a request the edge names (``usecases.audit.serving``)
+also writes its audit entry (CR-8), in the mutation's own transaction: the entry commits
+with it or not at all. A refusal changes nothing and writes none (SEC-4), nor does a replay;
+a batch create writes one for the whole request.
+
 Creates (one, or a batch of up to 500, OS-11) take a cheaper path, ``run_batch``: keys,
 mutation and outcomes in *one* transaction. A concurrent request with the same key then
 waits on the uncommitted key row (PostgreSQL) or on the write lock (SQLite) instead of
@@ -32,6 +37,7 @@ from typing import Any
 from punctual.errors import Conflict, PunctualError, Unavailable
 from punctual.ports.records import KeyOutcome
 from punctual.ports.store import Tx
+from punctual.usecases.audit import AuditedRequest, being_served
 from punctual.usecases.context import Services
 
 IN_PROGRESS_BODY = {"status": "in_progress"}
@@ -92,6 +98,13 @@ def is_decided(status: int) -> bool:
     return 200 <= status < 500 and status not in (202, 429)
 
 
+def _audit(tx: Tx, audited: AuditedRequest | None, outcome: Outcome, now: datetime) -> None:
+    """The entry of a mutation that took effect: a 2xx other than ``in_progress`` (a
+    ``202`` that queued something, a webhook test, did change the store)."""
+    if audited is not None and 200 <= outcome.status < 300 and outcome.body != IN_PROGRESS_BODY:
+        tx.audit.record([audited.entry(outcome.status, outcome.resource_id)], now)
+
+
 class MutationRunner:
     """Runs mutations under idempotency keys with a bounded wait."""
 
@@ -126,10 +139,11 @@ class MutationRunner:
         either may wait on a lock (SQLite serializes writers), and the caller's wait is
         bounded either way.
         """
+        audited = being_served()
         if request is None:
-            return self._execute(None, "", mutation)
+            return self._execute(None, "", mutation, audited)
         deadline = time.monotonic() + self._wait
-        future = self._pool.submit(self._claim_then_execute, request, mutation, deadline)
+        future = self._pool.submit(self._claim_then_execute, request, mutation, deadline, audited)
         try:
             return future.result(timeout=max(0.0, deadline - time.monotonic()))
         except FutureTimeout:
@@ -152,7 +166,7 @@ class MutationRunner:
         """
         deadline = time.monotonic() + self._wait
         future = self._pool.submit(
-            self._decide_batch, tenant, principal, requests, mutation, deadline
+            self._decide_batch, tenant, principal, requests, mutation, deadline, being_served()
         )
         try:
             return future.result(timeout=max(0.0, deadline - time.monotonic()))
@@ -166,6 +180,7 @@ class MutationRunner:
         requests: Sequence[tuple[str, str]],
         mutation: BatchMutation,
         deadline: float,
+        audited: AuditedRequest | None,
     ) -> list[ItemResult]:
         owner = secrets.token_hex(8)
         lock_wait = self._lease.total_seconds() - max(5.0, self._wait)
@@ -173,7 +188,7 @@ class MutationRunner:
             try:
                 with self._services.store.transaction(lock_timeout=lock_wait) as tx:
                     results = self._batch_in(
-                        tx, tenant, principal, requests, mutation, owner, deadline
+                        tx, tenant, principal, requests, mutation, owner, deadline, audited
                     )
             except _WaitForKeys:
                 time.sleep(_POLL_SECONDS)
@@ -190,6 +205,7 @@ class MutationRunner:
         mutation: BatchMutation,
         owner: str,
         deadline: float,
+        audited: AuditedRequest | None,
     ) -> list[ItemResult]:
         now = self._services.clock.now()
         keys = tx.idempotency
@@ -229,6 +245,7 @@ class MutationRunner:
         decided = mutation(tx, now, fresh) if fresh else {}
         recorded: list[KeyOutcome] = []
         released: list[str] = []
+        took_effect: list[KeyOutcome] = []
         for index in fresh:
             key = requests[index][0]
             answer = decided[index]
@@ -244,16 +261,27 @@ class MutationRunner:
                     body = answer.recorded_body
             if is_decided(status):
                 recorded.append(KeyOutcome(key, status, body, resource_id))
+                if 200 <= status < 300:
+                    took_effect.append(recorded[-1])
             else:
                 released.append(key)
         if recorded:
             done = keys.complete_many(tenant, principal, owner, recorded, now)
             assert done == {o.key for o in recorded}, "keys claimed in this transaction"
+            if audited is not None and took_effect:
+                # One entry per request: a single create names what it created, a batch
+                # answers its fixed status (``AuditedRequest.status``) for all its items.
+                single = took_effect[0].resource_id if len(requests) == 1 else None
+                tx.audit.record([audited.entry(took_effect[0].status_code, single)], now)
         keys.release_many(tenant, principal, released, owner)
         return [r if r is not None else ItemResult(202, IN_PROGRESS_BODY) for r in results]
 
     def _claim_then_execute(
-        self, request: IdempotentRequest, mutation: Mutation, deadline: float
+        self,
+        request: IdempotentRequest,
+        mutation: Mutation,
+        deadline: float,
+        audited: AuditedRequest | None,
     ) -> Outcome:
         owner = secrets.token_hex(8)
         while True:
@@ -261,7 +289,7 @@ class MutationRunner:
             if outcome is not None:
                 return outcome
             if claimed:
-                return self._execute(request, owner, mutation)
+                return self._execute(request, owner, mutation, audited)
             if time.monotonic() >= deadline:
                 return Outcome(202, IN_PROGRESS_BODY)
             time.sleep(_POLL_SECONDS)
@@ -291,7 +319,11 @@ class MutationRunner:
             return False, None
 
     def _execute(
-        self, request: IdempotentRequest | None, owner: str, mutation: Mutation
+        self,
+        request: IdempotentRequest | None,
+        owner: str,
+        mutation: Mutation,
+        audited: AuditedRequest | None,
     ) -> Outcome:
         services = self._services
         lock_wait = self._lease.total_seconds() - max(5.0, self._wait)
@@ -301,6 +333,7 @@ class MutationRunner:
                 outcome = mutation(tx, now)
                 if request is not None:
                     self._finish(tx, request, owner, outcome, now)
+                _audit(tx, audited, outcome, now)
         except PunctualError as exc:
             status = self._error_status(exc)
             if request is not None:

@@ -13,6 +13,7 @@ from punctual.domain.permissions import Action, Principal, Role, require
 from punctual.domain.schedules import auto_disabled_status
 from punctual.errors import InvalidRequest, Unauthenticated, not_found
 from punctual.ports.store import Tx
+from punctual.usecases import schedule_driver
 from punctual.usecases.context import Services
 from punctual.usecases.idempotency import Mutation, Outcome
 from punctual.usecases.notify import notify_auto_disabled
@@ -146,6 +147,7 @@ def remove_member(services: Services, principal: Principal, subject: str) -> Mut
                 schedule.id, schedule.version, now, enabled=False, last_status=status
             ):
                 notify_auto_disabled(services, tx, schedule, status, now)
+                schedule_driver.mark_drifted(services, tx, schedule.id, now)
         return Outcome(204, None, resource_id=subject)
 
     return mutation

@@ -6,14 +6,15 @@ artifact and run id of a start only after dispatch.
 
 from __future__ import annotations
 
-from datetime import datetime
+from datetime import datetime, timedelta
 from typing import Any
 
-from punctual.domain.recurrence import Fire, next_fires
+from punctual.domain.recurrence import Fire, iter_fires
 from punctual.domain.runs import Definition, Run
-from punctual.domain.schedules import Schedule, spec_to_json
+from punctual.domain.schedules import OccurrenceOrigin, Schedule, ScheduleState, spec_to_json
 from punctual.domain.starts import LastError, ScheduledStart
 from punctual.domain.timeutil import to_rfc3339
+from punctual.ports.driver import SyncRecord
 from punctual.ports.records import Finding, FollowThroughRecord, TokenRecord
 
 
@@ -128,11 +129,45 @@ def fire_view(fire: Fire) -> dict[str, Any]:
     }
 
 
-def schedule_view(schedule: Schedule, now: datetime) -> dict[str, Any]:
-    window = schedule.policy.catch_up_window
+def _upcoming(schedule: Schedule, now: datetime, state: ScheduleState) -> list[str | None]:
+    """The next 5 fire times (RS-8) the schedule's end still allows; none unless active."""
+    if state is not ScheduleState.ACTIVE or schedule.deleted_at is not None:
+        return []
+    count = 5
+    if schedule.remaining_occurrences is not None:
+        count = min(count, schedule.remaining_occurrences)
     upcoming: list[str | None] = []
-    if schedule.enabled and schedule.deleted_at is None:
-        upcoming = [ts(fire.at) for fire in next_fires(schedule.spec, now, 5)]
+    for fire in iter_fires(schedule.spec, now):
+        if len(upcoming) >= count or (schedule.end_at is not None and fire.at > schedule.end_at):
+            break
+        upcoming.append(ts(fire.at))
+    return upcoming
+
+
+def sync_view(sync: SyncRecord | None) -> dict[str, Any]:
+    """How the schedule's copy in the firing driver stands (CR-6); none yet is drift."""
+    if sync is None:
+        return {"state": "drifted", "checked_at": None}
+    return {"state": sync.state.value, "checked_at": ts(sync.checked_at)}
+
+
+def schedule_view(
+    schedule: Schedule, now: datetime, *, sync: SyncRecord | None = None, driven: bool = False
+) -> dict[str, Any]:
+    """``driven``: a firing driver other than the SQL runner holds the schedule, so the view
+    adds ``sync`` and its next fire times are the driver's, cached by ``sync``."""
+    view = _schedule_fields(schedule, now)
+    if driven:
+        view["sync"] = sync_view(sync)
+        cached = sync.next_fire_times if sync is not None else []
+        active = view["state"] == ScheduleState.ACTIVE.value
+        view["next_fire_times"] = [ts(at) for at in cached if at > now][:5] if active else []
+    return view
+
+
+def _schedule_fields(schedule: Schedule, now: datetime) -> dict[str, Any]:
+    window = schedule.policy.catch_up_window
+    state = schedule.state
     return {
         "id": schedule.id,
         "name": schedule.name,
@@ -154,7 +189,13 @@ def schedule_view(schedule: Schedule, now: datetime) -> dict[str, Any]:
         "last_fired_at": ts(schedule.last_fired_at),
         "last_run_id": schedule.last_run_id,
         "last_status": schedule.last_status,
-        "next_fire_times": upcoming,
+        "next_fire_times": _upcoming(schedule, now, state),
+        "state": state.value,
+        "end_at": ts(schedule.end_at),
+        "max_occurrences": schedule.max_occurrences,
+        "remaining_occurrences": schedule.remaining_occurrences,
+        "jitter_ms": int(schedule.policy.jitter / timedelta(milliseconds=1)),
+        "source": schedule.source,
         "created_at": ts(schedule.created_at),
         "updated_at": ts(schedule.updated_at),
     }
@@ -180,6 +221,7 @@ def occurrence_view(
         "attempts": occurrence.attempts,
         "last_error": last_error_view(occurrence.last_error),
         "follow_through": follow_through_view(follow),
+        "origin": occurrence.origin.get("occurrence_origin", OccurrenceOrigin.SCHEDULE.value),
     }
     if occurrence.range_count is not None:
         view["range"] = {

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+from functools import partial
 from typing import Any
 
 from fastapi import FastAPI, Request
@@ -10,9 +11,11 @@ from prometheus_client import CONTENT_TYPE_LATEST, generate_latest
 from starlette.types import ASGIApp, Receive, Scope, Send
 
 import punctual
-from punctual.adapters.http import errors
+from punctual.adapters.http import errors, ui
 from punctual.adapters.http.edge import Edge
 from punctual.adapters.http.routes import (
+    holds,
+    internal,
     notifications,
     runs,
     schedules,
@@ -20,7 +23,9 @@ from punctual.adapters.http.routes import (
     tenant,
     webhooks,
 )
+from punctual.adapters.http.schemas import Refusals, answers, openapi_document, operation_id
 from punctual.adapters.observability import Metrics
+from punctual.resources import Liveness, Readiness
 
 
 class BodyLimit:
@@ -70,12 +75,26 @@ class _BodyTooLarge(Exception):
     pass
 
 
-def create_app(edge: Edge, metrics: Metrics, *, max_body_bytes: int = 1_048_576) -> FastAPI:
+_STORE_DOWN: Refusals = {503: ("store_unavailable",)}
+
+
+def create_app(
+    edge: Edge,
+    metrics: Metrics,
+    *,
+    max_body_bytes: int = 1_048_576,
+    internal_token: str | None = None,
+) -> FastAPI:
+    """The API; with ``internal_token``, the host's ``/internal`` tree too (without one,
+    or when the tree is served on its own address, ``/internal/…`` is ``404``)."""
     app = FastAPI(
         title="punctual",
         version=punctual.__version__,
         description="A durable scheduler for workflow runs.",
+        generate_unique_id_function=operation_id,
     )
+    # FastAPI's documented way to complete the document it generates.
+    app.openapi = partial(openapi_document, app)  # type: ignore[method-assign]
     app.state.edge = edge
     errors.install(app)
     app.include_router(starts.router)
@@ -84,13 +103,21 @@ def create_app(edge: Edge, metrics: Metrics, *, max_body_bytes: int = 1_048_576)
     app.include_router(tenant.router)
     app.include_router(notifications.router)
     app.include_router(webhooks.router)
+    app.include_router(holds.router)
+    if internal_token is not None:
+        app.mount(internal.PREFIX, internal.internal_tree(edge, internal_token), name="internal")
 
-    @app.get("/healthz", tags=["probes"])
+    @app.get("/healthz", tags=["probes"], response_model=None, responses=answers(200, Liveness))
     def healthz() -> dict[str, str]:
         """The process is up."""
         return {"status": "ok"}
 
-    @app.get("/readyz", tags=["probes"])
+    @app.get(
+        "/readyz",
+        tags=["probes"],
+        response_model=None,
+        responses=answers(200, Readiness, _STORE_DOWN),
+    )
     def readyz(request: Request) -> Response:
         """The process can reach its store."""
         try:
@@ -105,9 +132,39 @@ def create_app(edge: Edge, metrics: Metrics, *, max_body_bytes: int = 1_048_576)
             )
         return JSONResponse({"status": "ready"})
 
-    @app.get("/metrics", tags=["probes"])
+    @app.get(
+        "/metrics",
+        tags=["probes"],
+        response_model=None,
+        responses={
+            200: {
+                "description": "Prometheus text exposition",
+                "content": {CONTENT_TYPE_LATEST: {"schema": {"type": "string"}}},
+            }
+        },
+    )
     def prometheus_metrics() -> Response:
         return Response(generate_latest(metrics.registry), media_type=CONTENT_TYPE_LATEST)
 
+    app.add_middleware(BodyLimit, max_bytes=max_body_bytes)
+    # Installed last, so its security headers wrap every /ui answer, the body limit's 413s too.
+    ui.install(app)
+    return app
+
+
+def create_internal_app(
+    edge: Edge, internal_token: str, *, max_body_bytes: int = 1_048_576
+) -> FastAPI:
+    """The ``/internal`` tree alone, for its own listen address (``internal_listen``):
+    every other path is ``404``."""
+    app = FastAPI(
+        title="punctual internal routes",
+        version=punctual.__version__,
+        openapi_url=None,
+        docs_url=None,
+        redoc_url=None,
+    )
+    errors.install(app)
+    app.mount(internal.PREFIX, internal.internal_tree(edge, internal_token), name="internal")
     app.add_middleware(BodyLimit, max_bytes=max_body_bytes)
     return app

@@ -24,7 +24,8 @@ from punctual.domain.permissions import Principal
 from punctual.domain.starts import HOST_OWNED_FIELDS
 from punctual.errors import BadRequest, InvalidRequest, NotFound, PunctualError
 from punctual.ports.store import Tx
-from punctual.usecases import identity
+from punctual.usecases import audit, identity
+from punctual.usecases.audit import AuditedRequest
 from punctual.usecases.context import Services
 from punctual.usecases.idempotency import (
     IdempotentRequest,
@@ -52,13 +53,72 @@ class Edge:
     def principal(self, request: Request, tenant: str | None = None) -> Principal:
         header = request.headers.get("authorization", "")
         scheme, _, token = header.partition(" ")
-        principal = identity.authenticate(
-            self.services, token.strip() if scheme.lower() == "bearer" else None
-        )
+        bearer = token.strip() if scheme.lower() == "bearer" else None
+        principal = identity.authenticate(self.services, bearer)
         refuse_unstorable_parameters(request)
+        if request.method in _MUTATING_METHODS:
+            audit.serving(audited_request(request, principal, identity.digest(bearer or "")))
         if tenant is not None:
             check_tenant(principal, tenant)
         return principal
+
+
+_MUTATING_METHODS = frozenset({"POST", "PUT", "PATCH", "DELETE"})
+_SUBJECT_KINDS = {
+    "scheduled-starts": "start",
+    "schedules": "schedule",
+    "by-name": "schedule",
+    "occurrences": "occurrence",
+    "runs": "run",
+    "members": "member",
+    "tokens": "token",
+    "findings": "finding",
+    "notifications": "notification",
+    "webhooks": "webhook",
+    "deliveries": "delivery",
+    "holds": "hold",
+}
+"""Collections in ``/v1`` paths and the kind of subject their items are (CR-8)."""
+
+
+def audited_request(request: Request, principal: Principal, token_digest: str) -> AuditedRequest:
+    """What the audit log keeps of a mutation request: the route's name as its action, the
+    path without the query, and the subject the path names; for a create, the kind of what
+    it creates (its id comes from the decided outcome). The batch create answers 200 for
+    any mix of item outcomes, so its entry carries 200."""
+    route = request.scope.get("route")
+    template = getattr(route, "path", request.url.path)
+    kind, subject_id = _subject_of(template, request.path_params)
+    return AuditedRequest(
+        tenant=principal.tenant,
+        actor=principal.subject,
+        token_digest=token_digest,
+        action=getattr(route, "name", None) or "unknown",
+        method=request.method,
+        path=request.url.path,
+        subject_kind=kind,
+        subject_id=subject_id,
+        status=200 if template.endswith("/batch") else None,
+    )
+
+
+def _subject_of(template: str, params: dict[str, Any]) -> tuple[str | None, str | None]:
+    """The last ``collection/{id}`` pair of the route's path names the subject; a path that
+    ends at a collection (a create) names only the kind; a name (not an id) in the path
+    leaves the id to the outcome."""
+    segments = [s for s in template.split("/") if s][3:]  # after v1/tenants/{tenant}
+    kind: str | None = None
+    subject_id: str | None = None
+    for previous, segment in zip([None, *segments], segments, strict=False):
+        if segment.startswith("{"):
+            if previous is not None and not previous.startswith("{"):
+                kind = _SUBJECT_KINDS.get(previous, previous)
+            name = segment.strip("{}").split(":")[0]
+            value = params.get(name)
+            subject_id = value if name.endswith("_id") or name == "subject" else None
+        elif kind is None:
+            kind = _SUBJECT_KINDS.get(segment, segment)
+    return kind, subject_id
 
 
 def refuse_unstorable_parameters(request: Request) -> None:

@@ -1,11 +1,20 @@
 """Request bodies as the API accepts them, converted into use-case commands at the edge,
-and the shapes of the answers, for ``/openapi.json``."""
+and ``/openapi.json``: what each route answers, with the error codes it uses.
+
+The answers' models are the resources of ``punctual.resources``, which the typed client
+parses with; the routes build their bodies from the use cases' views and only *declare*
+these models (``response_model=None``), so documenting never filters an answer.
+"""
 
 from __future__ import annotations
 
+from collections.abc import Callable, Mapping, Sequence
 from datetime import UTC, datetime
 from typing import Annotated, Any, Literal
 
+from fastapi import FastAPI
+from fastapi.openapi.utils import get_openapi
+from fastapi.routing import APIRoute
 from pydantic import (
     AfterValidator,
     BaseModel,
@@ -15,9 +24,14 @@ from pydantic import (
     StrictStr,
     StringConstraints,
 )
+from pydantic.json_schema import models_json_schema
 
+from punctual import resources
 from punctual.domain.webhooks import MAX_URL_LENGTH
+from punctual.resources import Error, InProgress
+from punctual.usecases.holds import MAX_REASON_LENGTH, PlaceHold
 from punctual.usecases.paging import BIGINT_MAX
+from punctual.usecases.schedule_controls import BackfillSchedule, TriggerSchedule, UpsertByName
 from punctual.usecases.schedules import CreateSchedule
 from punctual.usecases.starts import CancelStart, CreateStart, RescheduleStart
 from punctual.usecases.transfer import TransferSchedule
@@ -119,7 +133,22 @@ IdempotencyKey = Annotated[
 class BatchCreateItem(CreateStartBody):
     """A create body with the idempotency key its item is decided under (OS-11)."""
 
-    model_config = ConfigDict(extra="forbid", title="BatchCreateItem")
+    model_config = ConfigDict(
+        extra="forbid",
+        title="BatchCreateItem",
+        json_schema_extra={
+            "examples": [
+                {
+                    "idempotency_key": "appt-42-reminder",
+                    "workflow": "echo",
+                    "input": {"message": "hi"},
+                    "business_request_id": "appt-42",
+                    "start_at": "2036-12-01T07:00:00+01:00",
+                    "workload_class": "standard",
+                }
+            ]
+        },
+    )
 
     idempotency_key: IdempotencyKey
 
@@ -130,20 +159,6 @@ class BatchCreateBody(_Body):
     model_config = ConfigDict(extra="forbid", title="BatchCreateBody")
 
     items: list[BatchCreateItem] = Field(min_length=1, max_length=MAX_BATCH_ITEMS)
-
-
-class BatchItemResult(BaseModel):
-    """What ``POST …/scheduled-starts`` with the item's key and body would have answered:
-    201 and the start, an error envelope, or 202 ``{"status": "in_progress"}``."""
-
-    status: int
-    body: dict[str, Any]
-
-
-class BatchCreateResult(BaseModel):
-    """Per-item results, in request order."""
-
-    items: list[BatchItemResult]
 
 
 class RescheduleBody(_Body):
@@ -165,16 +180,12 @@ class CancelBody(_Body):
 
 class MemberBody(_Body):
     subject: str = Field(min_length=1, max_length=200)
-    role: str
+    role: str = Field(json_schema_extra={"enum": ["admin", "member", "viewer"]})
 
 
 class TokenBody(_Body):
     subject: str = Field(min_length=1, max_length=200)
     expires_at: Instant | None = None
-
-
-class EmptyBody(BaseModel):
-    model_config = ConfigDict(extra="ignore")
 
 
 class CronSpecBody(BaseModel):
@@ -220,14 +231,33 @@ def check_spec(spec: Any) -> Any:
 Spec = Annotated[dict[str, Any], AfterValidator(check_spec)]
 
 
-class RegressionMetric(BaseModel):
-    path: str
-    better: str
-    tolerance: float = 0.0
+def documented_as(schema: dict[str, Any]) -> Callable[[dict[str, Any]], None]:
+    """Replace a field's generated schema with ``schema``: for values the route or the use
+    case judges itself (with the contract's codes), the document states what they must be."""
+
+    def replace(generated: dict[str, Any]) -> None:
+        generated.clear()
+        generated.update(schema)
+
+    return replace
 
 
-class RegressionBody(BaseModel):
-    metrics: list[RegressionMetric]
+class RegressionMetricBody(_Body):
+    path: str = Field(min_length=1)
+    """Where the number is in the run's result, e.g. ``metrics.score``."""
+    better: Literal["higher", "lower"]
+    tolerance: float = Field(default=0.0, ge=0)
+
+
+class RegressionBody(_Body):
+    """Compare each completed run's metrics with the previous completed run's (CR-4)."""
+
+    metrics: list[RegressionMetricBody] = Field(min_length=1)
+
+
+_REGRESSION = documented_as(
+    {"anyOf": [{"$ref": "#/components/schemas/RegressionBody"}, {"type": "null"}]}
+)
 
 
 class CreateScheduleBody(_Body):
@@ -282,7 +312,16 @@ class CreateScheduleBody(_Body):
     enabled: bool = True
     version_policy: str = "active_at_fire"
     workload_class: str = Field(default="standard", min_length=1, max_length=64)
-    regression: dict[str, Any] | None = None
+    regression: dict[str, Any] | None = Field(default=None, json_schema_extra=_REGRESSION)
+    end_at: Instant | None = None
+    """No fire after it (RS-9c); in the past: ``end_at_in_past``."""
+    max_occurrences: Count | None = None
+    """How many of the spec's own fires it makes, at least 1 (RS-9c)."""
+    jitter_ms: Count = 0
+    """Delay each occurrence by a deterministic amount below it (RS-9d); at least the
+    smallest gap between fires: ``jitter_too_large`` with ``details.max_jitter_ms``."""
+    source: str | None = Field(default=None, min_length=1, max_length=200)
+    """The file of schedules it is applied from (``punctual schedules apply``)."""
 
     def command(self) -> CreateSchedule:
         return CreateSchedule(
@@ -299,7 +338,80 @@ class CreateScheduleBody(_Body):
             enabled=self.enabled,
             version_policy=self.version_policy,
             regression=self.regression,
+            end_at=self.end_at,
+            max_occurrences=self.max_occurrences,
+            jitter_ms=self.jitter_ms,
+            source=self.source,
         )
+
+
+class PutScheduleBody(CreateScheduleBody):
+    """``PUT …/schedules/by-name/{name}``: the create body, its ``name`` optional (the path
+    names the schedule), with an optional ``version`` the schedule must still be at. An
+    omitted ``enabled`` (or ``source``) keeps the schedule's own; other omitted fields
+    take their create defaults."""
+
+    model_config = ConfigDict(
+        extra="forbid",
+        json_schema_extra={
+            "examples": [
+                {
+                    "workflow": "score",
+                    "input": {"score": 0.9},
+                    "spec": {"cron": "30 2 * * 1-5", "time_zone": "America/New_York"},
+                    "overlap": "skip",
+                    "missed": "catch_up",
+                    "source": "deploy/schedules.toml",
+                }
+            ]
+        },
+    )
+
+    name: str | None = Field(default=None, min_length=1, max_length=200)  # type: ignore[assignment]
+    version: Version | None = None
+
+    def command(self, name: str) -> UpsertByName:  # type: ignore[override]
+        sent = {field: getattr(self, field) for field in self.model_fields_set - {"version"}}
+        return UpsertByName(name, sent, self.version)
+
+
+class TriggerBody(_Body):
+    """``POST …/schedules/{id}/trigger`` (the body may be omitted)."""
+
+    overlap: StrictStr | None = Field(
+        default=None, json_schema_extra={"enum": ["skip", "buffer_one", "allow_all", None]}
+    )
+    """The overlap policy this occurrence is dispatched under; default: the schedule's."""
+
+    def command(self, schedule_id: str) -> TriggerSchedule:
+        return TriggerSchedule(schedule_id, self.overlap)
+
+
+class BackfillBody(_Body):
+    """``POST …/schedules/{id}/backfill``: the fire times in ``(from, to]``."""
+
+    model_config = ConfigDict(
+        extra="forbid",
+        populate_by_name=True,
+        json_schema_extra={
+            "examples": [
+                {"from": "2026-11-22T00:00:00Z", "to": "2026-11-29T00:00:00Z"},
+                {"from": "2026-11-22T00:00:00Z", "to": "2026-11-29T00:00:00Z", "overlap": "skip"},
+            ]
+        },
+    )
+
+    start: Instant = Field(alias="from")
+    """Exclusive."""
+    to: Instant
+    """Inclusive; not in the future."""
+    overlap: StrictStr | None = Field(
+        default=None, json_schema_extra={"enum": ["skip", "buffer_one", "allow_all", None]}
+    )
+    """Default: they dispatch one after another, in ``occurrence_at`` order."""
+
+    def command(self, schedule_id: str) -> BackfillSchedule:
+        return BackfillSchedule(schedule_id, self.start, self.to, self.overlap)
 
 
 StrictMilliseconds = Annotated[int, Field(strict=True, le=MAX_SPAN_MS)]
@@ -330,7 +442,13 @@ class PatchScheduleBody(BaseModel):
     enabled: StrictBool | None = None
     version_policy: StrictStr | None = None
     workload_class: StrictStr | None = Field(default=None, min_length=1, max_length=64)
-    regression: dict[str, Any] | None = None
+    regression: dict[str, Any] | None = Field(default=None, json_schema_extra=_REGRESSION)
+    end_at: Instant | None = None
+    """``null`` removes the end; a new end must not be in the past."""
+    max_occurrences: Annotated[int, Field(strict=True, le=BIGINT_MAX)] | None = None
+    """``null`` removes the limit; raising it extends an ended schedule."""
+    jitter_ms: Annotated[int, Field(strict=True, le=BIGINT_MAX)] | None = None
+    source: StrictStr | None = Field(default=None, min_length=1, max_length=200)
 
     def changes(self) -> dict[str, Any]:
         """The fields the request sent (the ``None`` defaults are never applied), and the
@@ -397,155 +515,242 @@ class PatchWebhookBody(_Body):
         return UpdateWebhook(webhook_id, sent)
 
 
+class PlaceHoldBody(_Body):
+    """``POST …/holds``: what to keep from retention, and why."""
+
+    model_config = ConfigDict(
+        extra="forbid",
+        json_schema_extra={
+            "examples": [
+                {
+                    "subject_kind": "schedule",
+                    "subject_id": "sch_3b1d9c0e7a5f2e8d4c6b0a19",
+                    "reason": "incident 2026-118: keep the nightly runs",
+                },
+                {"subject_kind": "tenant", "reason": "legal hold"},
+            ]
+        },
+    )
+
+    subject_kind: StrictStr = Field(
+        max_length=20, json_schema_extra={"enum": ["start", "schedule", "run", "tenant"]}
+    )
+    subject_id: StrictStr | None = Field(default=None, min_length=1, max_length=200)
+    """Required for every kind but ``tenant`` (a tenant hold names the caller's tenant)."""
+    reason: StrictStr = Field(min_length=1, max_length=MAX_REASON_LENGTH)
+
+    def command(self) -> PlaceHold:
+        return PlaceHold(self.subject_kind, self.subject_id, self.reason)
+
+
+REQUEST_BODIES: tuple[type[BaseModel], ...] = (
+    CreateStartBody,
+    BatchCreateBody,
+    RescheduleBody,
+    CancelBody,
+    MemberBody,
+    TokenBody,
+    CreateScheduleBody,
+    PatchScheduleBody,
+    PutScheduleBody,
+    TriggerBody,
+    BackfillBody,
+    RegressionBody,
+    VersionBody,
+    TransferBody,
+    CreateWebhookBody,
+    PatchWebhookBody,
+    PlaceHoldBody,
+)
+"""The bodies the routes parse themselves (after replay and authentication, in the
+contract's order), named as component schemas so that generated clients can type them."""
+
+
+def request_body_ref(model: type[BaseModel]) -> dict[str, Any]:
+    """A ``requestBody`` pointing at ``model``'s component schema."""
+    if model not in REQUEST_BODIES:
+        raise ValueError(f"{model.__name__} is not in REQUEST_BODIES")
+    return {
+        "required": True,
+        "content": {
+            "application/json": {"schema": {"$ref": f"#/components/schemas/{model.__name__}"}}
+        },
+    }
+
+
 # --------------------------------------------------------------------------- answers
-# Documentation of what the routes answer (the use cases build the bodies themselves).
 
+Refusals = Mapping[int, Sequence[str]]
+"""Error status → the stable codes a route answers it with."""
 
-class ErrorDetail(BaseModel):
-    code: str
-    """Stable: programs branch on it."""
-    message: str
-    details: dict[str, Any]
-
-
-class Error(BaseModel):
-    """Every 4xx and 5xx answer."""
-
-    error: ErrorDetail
-
-
-class InProgress(BaseModel):
-    """A mutation not decided within the bounded wait: retry it with the same key."""
-
-    status: Literal["in_progress"]
-
-
-class LastError(BaseModel):
-    code: str
-    message: str
-    at: datetime | None
-
-
-class Notification(BaseModel):
-    id: str
-    kind: str
-    """``regression``, ``schedule_auto_disabled``, ``finalize_timed_out``, ``start_failed``."""
-    schedule_id: str | None
-    occurrence_id: str | None
-    run_id: str | None
-    title: str
-    text: str
-    details: dict[str, Any]
-    created_at: datetime
-    read_at: datetime | None
-
-
-class NotificationPage(BaseModel):
-    items: list[Notification]
-    next_cursor: str | None
-
-
-class Webhook(BaseModel):
-    id: str
-    url: str
-    """Cut after the host: the path and query (often a credential) are never shown."""
-    events: list[str]
-    """Empty: every kind."""
-    created_at: datetime
-
-
-class WebhookPage(BaseModel):
-    items: list[Webhook]
-    next_cursor: str | None
-
-
-class Delivery(BaseModel):
-    id: str
-    event_id: str
-    """The same on every attempt and every redelivery of one event."""
-    kind: str
-    status: Literal["pending", "delivered", "failed"]
-    attempts: int
-    last_status_code: int | None
-    last_error: LastError | None
-    next_attempt_at: datetime | None
-    delivered_at: datetime | None
-
-
-class DeliveryPage(BaseModel):
-    items: list[Delivery]
-    next_cursor: str | None
-
-
-class Queued(BaseModel):
-    """``202`` of a webhook test or redelivery: the event is in the outbox."""
-
-    status: Literal["queued"]
-    event_id: str
-    delivery_id: str | None
-
-
-class Schedule(BaseModel):
-    """A schedule as API.md shows it (more fields may follow)."""
-
-    model_config = ConfigDict(extra="allow")
-
-    id: str
-    name: str
-    workflow: str
-    spec: dict[str, Any]
-    overlap: str
-    missed: str
-    max_catch_up: int
-    catch_up_window: float | None
-    misfire_grace_ms: int
-    enabled: bool
-    version: int
-    revision: int
-    version_policy: str
-    workload_class: str
-    regression: dict[str, Any] | None
-    created_by: str
-    last_fired_at: datetime | None
-    last_run_id: str | None
-    last_status: str | None
-    next_fire_times: list[datetime]
-    created_at: datetime
-    updated_at: datetime
-
-
-_ERROR_DESCRIPTIONS = {
-    400: "Missing or malformed `Idempotency-Key`",
+_MEANING = {
+    400: "The `Idempotency-Key` header is missing or malformed",
     401: "No token, or a bad, revoked or expired one",
-    403: "The role may not act",
-    404: "Unknown id, or another tenant's",
-    409: "Version conflict, or the key was used for another request",
-    413: "The body is too large",
-    422: "The request's content is not acceptable",
-    503: "The store is unavailable; retry the same request",
+    403: "The role, or the tenant's host settings, do not allow this",
+    404: "No such tenant or resource for this principal (another tenant's ids do not exist)",
+    409: "The request conflicts with the resource's state, or its key with an earlier request",
+    413: "The body or the workflow input is too large",
+    422: "The request's content is not acceptable; `details.errors` lists the problems of a "
+    "`validation_error`",
+    429: "A quota is full; nothing was recorded, so a later retry may succeed",
+    503: "Something punctual depends on is unavailable; retry the same request later",
 }
-READ_ERRORS = (401, 404, 422, 503)
-MUTATION_ERRORS = (400, 401, 403, 404, 409, 413, 422, 503)
-_UNDECIDED = "Not decided within the bounded wait: retry the same request with the same key"
+
+READ: Refusals = {
+    401: ("unauthenticated",),
+    404: ("not_found",),
+    422: ("validation_error",),
+    503: ("store_unavailable",),
+}
+"""What every read may answer."""
+LIST: Refusals = {**READ, 422: ("validation_error", "invalid_cursor")}
+"""What every paged list may answer."""
+ADMIN: Refusals = {403: ("forbidden",)}
+"""Routes for admins only, or whose role rule refuses some principals."""
+MUTATION: Refusals = {
+    400: ("idempotency_key_required",),
+    401: ("unauthenticated",),
+    404: ("not_found",),
+    409: ("idempotency_key_reused",),
+    413: ("body_too_large",),
+    422: ("validation_error",),
+    503: ("store_unavailable",),
+}
+"""What every mutation may answer (API.md "Conventions")."""
+VERSIONED: Refusals = {409: ("version_conflict",)}
+"""Mutations of a resource that takes its current ``version``."""
+
+_UNDECIDED = (
+    "Not decided within the bounded wait; it carries on. Send the same request with the "
+    "same `Idempotency-Key` again to learn the outcome."
+)
+
+
+def refusals(*groups: Refusals) -> dict[int, tuple[str, ...]]:
+    """The union of ``groups``: per status, every code once, in first-seen order."""
+    merged: dict[int, list[str]] = {}
+    for group in groups:
+        for status, codes in group.items():
+            known = merged.setdefault(status, [])
+            known.extend(code for code in codes if code not in known)
+    return {status: tuple(merged[status]) for status in sorted(merged)}
 
 
 def answers(
     status: int,
     model: Any,
-    errors: tuple[int, ...] = READ_ERRORS,
-    *,
+    *groups: Refusals,
     mutation: bool = False,
     description: str = "Success",
 ) -> dict[int | str, dict[str, Any]]:
-    """OpenAPI ``responses`` of a route: its success, the ``202 in_progress`` of a
-    mutation, and each error it answers with the error envelope (API.md "OpenAPI")."""
+    """OpenAPI ``responses`` of a route (API.md "OpenAPI"): its success, the
+    ``202 in_progress`` of a mutation, and each error status with the error envelope,
+    the codes the route answers it with, and an example of the first."""
     documented: dict[int | str, dict[str, Any]] = {status: {"description": description}}
     if model is not None:
         documented[status]["model"] = model
     if mutation and status == 202:
-        documented[202] = {"model": model | InProgress, "description": description}
+        documented[202] = {
+            "model": model | InProgress,
+            "description": f"{description}; or `in_progress`: {_UNDECIDED}",
+        }
     elif mutation:
         documented[202] = {"model": InProgress, "description": _UNDECIDED}
-    for code in errors:
-        documented[code] = {"model": Error, "description": _ERROR_DESCRIPTIONS[code]}
+    for code, codes in refusals(*groups).items():
+        listed = ", ".join(f"`{name}`" for name in codes)
+        documented[code] = {
+            "model": Error,
+            "description": f"{_MEANING[code]}. Codes: {listed}.",
+            "content": {"application/json": {"example": _example(codes[0])}},
+        }
     return documented
+
+
+def _example(code: str) -> dict[str, Any]:
+    details: dict[str, Any] = {}
+    if code == "validation_error":
+        details = {
+            "errors": [{"loc": ["body", "start_at"], "msg": "Field required", "type": "missing"}]
+        }
+    elif code == "version_conflict":
+        details = {"current_version": 2}
+    return {
+        "error": {"code": code, "message": _EXAMPLE_MESSAGES.get(code, code), "details": details}
+    }
+
+
+_EXAMPLE_MESSAGES = {
+    "idempotency_key_required": "this request changes state and needs an 'Idempotency-Key' "
+    "header: a unique value you persist with the request and reuse when you retry it",
+    "unauthenticated": "a valid bearer token is required",
+    "forbidden": "this role may not do this",
+    "not_found": "start sst_1 does not exist in this tenant",
+    "idempotency_key_reused": "this Idempotency-Key was used for a different request",
+    "version_conflict": "start sst_1 is at version 2; read it again and retry with the current "
+    "version",
+    "body_too_large": "the request body is larger than 1048576 bytes",
+    "input_too_large": "input is 70000 bytes; this tenant accepts at most 65536",
+    "validation_error": "invalid request body: start_at: Field required",
+    "quota_exceeded": "tenant default has 10000 pending starts, its limit is 10000",
+    "store_unavailable": "the database is unavailable; retry the same request later",
+}
+
+
+# --------------------------------------------------------------------------- the document
+
+
+def operation_id(route: APIRoute) -> str:
+    """Operation ids are the route functions' names (``create_start``, ``get_run``), so a
+    generated client's functions read like the contract."""
+    return route.name
+
+
+def openapi_document(app: FastAPI) -> dict[str, Any]:
+    """FastAPI's document, completed: the request bodies the routes parse themselves become
+    component schemas, and FastAPI's default 422 body (``HTTPValidationError``), which this
+    API never answers, becomes the error envelope it does answer."""
+    if app.openapi_schema:
+        return app.openapi_schema
+    document = get_openapi(
+        title=app.title,
+        version=app.version,
+        description=app.description,
+        routes=app.routes,
+        openapi_version=app.openapi_version,
+        separate_input_output_schemas=app.separate_input_output_schemas,
+    )
+    components: dict[str, Any] = document.setdefault("components", {}).setdefault("schemas", {})
+    _, definitions = models_json_schema(
+        [(model, "validation") for model in REQUEST_BODIES],
+        ref_template="#/components/schemas/{model}",
+    )
+    for name, schema in definitions.get("$defs", {}).items():
+        if components.get(name, schema) != schema:
+            raise ValueError(f"two different schemas are named {name}")
+        components[name] = schema
+    # FastAPI drops every null from the document, the ``null`` fields of examples too.
+    for name, schema in components.items():
+        model = getattr(resources, name, None)
+        if "examples" in schema and isinstance(model, type) and issubclass(model, BaseModel):
+            schema["examples"] = model.model_json_schema()["examples"]
+    _envelope_for_default_validation_errors(document)
+    app.openapi_schema = document
+    return document
+
+
+def _envelope_for_default_validation_errors(document: dict[str, Any]) -> None:
+    default = "#/components/schemas/HTTPValidationError"
+    for operations in document.get("paths", {}).values():
+        for operation in operations.values():
+            answer = operation.get("responses", {}).get("422")
+            schema = answer and answer.get("content", {}).get("application/json", {}).get("schema")
+            if schema == {"$ref": default}:
+                operation["responses"]["422"] = {
+                    "description": f"{_MEANING[422]}. Codes: `validation_error`.",
+                    "content": {
+                        "application/json": {"schema": {"$ref": "#/components/schemas/Error"}}
+                    },
+                }
+    schemas = document.get("components", {}).get("schemas", {})
+    for name in ("HTTPValidationError", "ValidationError"):
+        schemas.pop(name, None)

@@ -99,6 +99,7 @@ class Assignment:
     attempt: int
     origin: dict[str, Any]
     timeout_seconds: float  # execution timeout
+    traceparent: str | None = None  # the start's W3C trace context (OS-1)
 
 
 @dataclass(frozen=True)
@@ -249,7 +250,13 @@ class _ChildServer:
             )
             self._outbox.append(("finished", run_id, "failed", None, error))
             return
-        ctx = RunContext(run_id, assignment.attempt, assignment.origin, cancel_event)
+        ctx = RunContext(
+            run_id,
+            assignment.attempt,
+            assignment.origin,
+            cancel_event,
+            traceparent=assignment.traceparent,
+        )
         self._outbox.append(("started", run_id, time.time(), time.monotonic()))
         self._flush()
         state: OutcomeState

@@ -282,6 +282,7 @@ class LocalWorker:
                     attempt=run.attempt,
                     origin=run.origin,
                     timeout_seconds=run.timeout_seconds,
+                    traceparent=run.traceparent,
                 )
             )
             return True

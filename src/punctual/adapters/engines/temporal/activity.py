@@ -43,12 +43,7 @@ from temporalio import activity
 from temporalio.exceptions import ApplicationError, ApplicationErrorCategory
 
 from punctual.adapters.engines.local.executor import Assignment, Outcome, SlotPool
-from punctual.adapters.engines.temporal.ledger import (
-    OutcomeRefused,
-    RunLedger,
-    RunRecord,
-    unstorable_error,
-)
+from punctual.adapters.engines.temporal.ledger import RunLedger, unstorable_error
 from punctual.adapters.engines.temporal.messages import (
     ACTIVITY_TYPE,
     FailureType,
@@ -59,6 +54,8 @@ from punctual.domain.runs import RunErrorCode, RunState, run_error
 from punctual.errors import ConfigurationError, Unavailable
 from punctual.ports.codec import InputKeyUnknown, InputUndecryptable
 from punctual.ports.events import Event
+from punctual.ports.records import RunRecord
+from punctual.ports.store import OutcomeRefused
 from punctual.usecases.context import Services
 
 log = logging.getLogger("punctual.worker.temporal")
@@ -248,6 +245,7 @@ class RunExecutor:
                     attempt=attempt,
                     origin=record.origin,
                     timeout_seconds=record.timeout_seconds,
+                    traceparent=record.traceparent,
                 )
             )
         except RuntimeError as exc:  # the pool is closing: this worker is stopping

@@ -51,6 +51,7 @@ from punctual.adapters.engines.temporal.messages import (
     RunArgs,
     coded_error,
 )
+from punctual.adapters.engines.temporal.trace import TraceContextInterceptor, starting_with
 from punctual.domain.runs import RunErrorCode, run_error
 from punctual.ports.clock import Clock
 from punctual.ports.engine import EngineUnavailable, RunOrder
@@ -316,6 +317,7 @@ class TemporalEngine:
                         max_retries=3,
                         max_elapsed_time_millis=int(opts.rpc_timeout_seconds * 1000),
                     ),
+                    interceptors=[TraceContextInterceptor()],
                 )
                 log.info("event=temporal_connected address=%s", opts.address)
             return self._client
@@ -344,26 +346,31 @@ class TemporalEngine:
 
     async def _start_one(self, client: Client, order: RunOrder, ordered_at: float) -> None:
         try:
-            await client.start_workflow(
-                WORKFLOW_TYPE,
-                self.run_args(order, ordered_at),
-                id=order.run_id,
-                task_queue=order.task_queue,
-                **_id_policies(order),
-                priority=Priority(priority_key=order.priority),
-                memo={
-                    "tenant": order.tenant,
-                    "workflow": order.workflow,
-                    "version": order.definition_version,
-                },
-                static_summary=(
-                    f"{order.workflow} v{order.definition_version} for tenant {order.tenant}"
-                ),
-                rpc_timeout=self._rpc_timeout,
-            )
+            with starting_with(order.traceparent):
+                await self._start_workflow(client, order, ordered_at)
         except WorkflowAlreadyStartedError:
             # A closed execution with this id exists: this run already started once.
             log.debug("event=temporal_start_converged run=%s", order.run_id)
+
+    async def _start_workflow(self, client: Client, order: RunOrder, ordered_at: float) -> None:
+        """One execution for the run; its trace context rides as the ``traceparent`` header."""
+        await client.start_workflow(
+            WORKFLOW_TYPE,
+            self.run_args(order, ordered_at),
+            id=order.run_id,
+            task_queue=order.task_queue,
+            **_id_policies(order),
+            priority=Priority(priority_key=order.priority),
+            memo={
+                "tenant": order.tenant,
+                "workflow": order.workflow,
+                "version": order.definition_version,
+            },
+            static_summary=(
+                f"{order.workflow} v{order.definition_version} for tenant {order.tenant}"
+            ),
+            rpc_timeout=self._rpc_timeout,
+        )
 
     async def _observe_alone(self, client: Client, run_id: str) -> Observation | None:
         try:

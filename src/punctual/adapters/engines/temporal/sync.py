@@ -36,16 +36,13 @@ import threading
 from dataclasses import dataclass, field
 
 from punctual.adapters.engines.temporal.engine import Observation, TemporalEngine
-from punctual.adapters.engines.temporal.ledger import (
-    OutcomeRefused,
-    RunLedger,
-    RunRecord,
-    SqlRunLedger,
-)
+from punctual.adapters.engines.temporal.ledger import RunLedger, StoreRunLedger
 from punctual.domain.runs import RunErrorCode, RunState, run_error
 from punctual.errors import Unavailable
 from punctual.ports.engine import RunOrder
 from punctual.ports.events import Event
+from punctual.ports.records import RunRecord
+from punctual.ports.store import OutcomeRefused
 from punctual.usecases.context import Services
 
 log = logging.getLogger("punctual.sync.temporal")
@@ -82,7 +79,7 @@ def sync_runs(
 ) -> SyncReport:
     """One pass over every active Temporal run. Raises ``Unavailable`` on outages (the
     store's or, as ``EngineUnavailable``, Temporal's); nothing is lost by a failed pass."""
-    ledger = ledger or SqlRunLedger(services.store)
+    ledger = ledger or StoreRunLedger(services.store)
     report = SyncReport()
     after = 0
     while True:
@@ -234,6 +231,7 @@ def _order(record: RunRecord) -> RunOrder:
         timeout_seconds=record.timeout_seconds,
         origin=record.origin,
         replaces_unrecorded=True,
+        traceparent=record.traceparent,
     )
 
 

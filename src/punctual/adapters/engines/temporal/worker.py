@@ -32,7 +32,7 @@ from temporalio.worker.workflow_sandbox import SandboxedWorkflowRunner, SandboxR
 from punctual.adapters.engines.local.worker import declared_definitions
 from punctual.adapters.engines.temporal.activity import RunExecutor
 from punctual.adapters.engines.temporal.engine import ENGINE_NAME
-from punctual.adapters.engines.temporal.ledger import RunLedger, SqlRunLedger
+from punctual.adapters.engines.temporal.ledger import RunLedger, StoreRunLedger
 from punctual.adapters.engines.temporal.workflow import PunctualRun
 from punctual.domain.ids import new_id
 from punctual.errors import Unavailable
@@ -78,7 +78,7 @@ def run_temporal_worker(
         slots=slots,
         heartbeat_seconds=heartbeat_seconds,
         shutdown_grace_seconds=shutdown_grace_seconds,
-        ledger=ledger or SqlRunLedger(services.store),
+        ledger=ledger or StoreRunLedger(services.store),
         worker_id=worker_id or new_id("wrk"),
     )
     asyncio.run(serve.run(ready))

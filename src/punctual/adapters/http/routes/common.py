@@ -2,13 +2,16 @@
 
 from __future__ import annotations
 
-from typing import Any
+from collections.abc import Sequence
+from typing import Annotated, Any
 
-from fastapi import Request
+from fastapi import Query, Request
 from fastapi.security import HTTPBearer
 from pydantic import BaseModel
 
 from punctual.adapters.http.edge import Edge
+from punctual.adapters.http.schemas import documented_as, request_body_ref
+from punctual.usecases.paging import MAX_LIMIT
 
 
 def get_edge(request: Request) -> Edge:
@@ -43,13 +46,51 @@ def mutation_doc(model: type[BaseModel] | None = None) -> dict[str, Any]:
     itself (so that replay and authentication come before validation)."""
     doc: dict[str, Any] = {"parameters": [IDEMPOTENCY_KEY_PARAMETER]}
     if model is not None:
-        doc["requestBody"] = {
-            "required": True,
-            "content": {"application/json": {"schema": model.model_json_schema()}},
-        }
+        doc["requestBody"] = request_body_ref(model)
     return doc
 
+
+__all__ = [
+    "BEARER",
+    "IDEMPOTENCY_DOC",
+    "INSTANT",
+    "PageCursor",
+    "PageLimit",
+    "documented_as",
+    "get_edge",
+    "mutation_doc",
+    "one_of",
+    "raw_body",
+    "whole_number",
+]
 
 IDEMPOTENCY_DOC = (
     "Needs an `Idempotency-Key` header; the same key and request replay the recorded answer."
 )
+
+
+# Query parameters arrive as strings and are parsed by the route after authentication
+# (a bad value never answers before a 401); the document states what they must hold.
+
+
+def whole_number(minimum: int, maximum: int | None = None) -> dict[str, Any]:
+    bounds = {"minimum": minimum} | ({"maximum": maximum} if maximum is not None else {})
+    return {"type": "integer", **bounds}
+
+
+def one_of(values: Sequence[str]) -> dict[str, Any]:
+    return {"type": "string", "enum": list(values)}
+
+
+INSTANT: dict[str, Any] = {"type": "string", "format": "date-time"}
+
+PageLimit = Annotated[
+    str | None,
+    Query(
+        description=f"Items per page, 1-{MAX_LIMIT} (default 50).",
+        json_schema_extra=documented_as(whole_number(1, MAX_LIMIT)),
+    ),
+]
+PageCursor = Annotated[
+    str | None, Query(description="The `next_cursor` of the previous page; omit for the first.")
+]

@@ -4,24 +4,23 @@ from __future__ import annotations
 
 from typing import Annotated, Any
 
-from fastapi import APIRouter, Depends, Request, Security
+from fastapi import APIRouter, Depends, Query, Request, Security
 from fastapi.responses import Response
 
 from punctual.adapters.http.edge import Edge, parse_limit, run_mutation
 from punctual.adapters.http.routes.common import (
     BEARER,
     IDEMPOTENCY_DOC,
+    PageCursor,
+    PageLimit,
+    documented_as,
     get_edge,
     mutation_doc,
     raw_body,
 )
-from punctual.adapters.http.schemas import (
-    MUTATION_ERRORS,
-    Notification,
-    NotificationPage,
-    answers,
-)
+from punctual.adapters.http.schemas import LIST, MUTATION, answers
 from punctual.domain.permissions import Principal
+from punctual.resources import Notification, NotificationPage
 from punctual.usecases import notifications
 from punctual.usecases.idempotency import Mutation
 
@@ -30,13 +29,19 @@ router = APIRouter(
 )
 EdgeDep = Annotated[Edge, Depends(get_edge)]
 BodyDep = Annotated[bytes, Depends(raw_body)]
-_READ_MARK_ERRORS = tuple(code for code in MUTATION_ERRORS if code != 403)  # any role may
+_Unread = Annotated[
+    str | None,
+    Query(
+        description="`true`: only the notifications not yet read.",
+        json_schema_extra=documented_as({"type": "boolean"}),
+    ),
+]
 
 
 @router.get(
     "/notifications",
     response_model=None,
-    responses=answers(200, NotificationPage),
+    responses=answers(200, NotificationPage, LIST),
     description="The caller's own notifications, newest first; `unread=true` lists only "
     "those not yet read.",
 )
@@ -44,9 +49,9 @@ def list_notifications(
     tenant: str,
     request: Request,
     edge: EdgeDep,
-    unread: str | None = None,
-    limit: str | None = None,
-    cursor: str | None = None,
+    unread: _Unread = None,
+    limit: PageLimit = None,
+    cursor: PageCursor = None,
 ) -> dict[str, Any]:
     principal = edge.principal(request, tenant)
     query = notifications.ListNotifications(unread, parse_limit(limit), cursor)
@@ -56,7 +61,9 @@ def list_notifications(
 @router.post(
     "/notifications/{notification_id}/read",
     response_model=None,
-    responses=answers(200, Notification, _READ_MARK_ERRORS, mutation=True),
+    responses=answers(
+        200, Notification, MUTATION, mutation=True, description="The notification, read"
+    ),
     openapi_extra=mutation_doc(),
     description="Sets `read_at` once (idempotent); another principal's notification is "
     "404. " + IDEMPOTENCY_DOC,

@@ -4,18 +4,25 @@ from __future__ import annotations
 
 from typing import Annotated, Any
 
-from fastapi import APIRouter, Depends, Request, Security
+from fastapi import APIRouter, Depends, Query, Request, Security
 from fastapi.responses import Response
 
 from punctual.adapters.http.edge import Edge, parse_limit, run_mutation
 from punctual.adapters.http.routes.common import (
     BEARER,
     IDEMPOTENCY_DOC,
+    PageCursor,
+    PageLimit,
+    documented_as,
     get_edge,
     mutation_doc,
+    one_of,
     raw_body,
 )
+from punctual.adapters.http.schemas import ADMIN, LIST, MUTATION, READ, answers
 from punctual.domain.permissions import Principal
+from punctual.domain.runs import RunState
+from punctual.resources import Run, RunPage
 from punctual.usecases import runs
 from punctual.usecases.idempotency import Mutation
 
@@ -24,23 +31,29 @@ router = APIRouter(
 )
 EdgeDep = Annotated[Edge, Depends(get_edge)]
 BodyDep = Annotated[bytes, Depends(raw_body)]
+_StateFilter = Annotated[
+    str | None, Query(json_schema_extra=documented_as(one_of([s.value for s in RunState])))
+]
+_OriginFilter = Annotated[
+    str | None, Query(description="The id of the start or occurrence that started the run.")
+]
 
 
-@router.get("/{run_id}")
+@router.get("/{run_id}", response_model=None, responses=answers(200, Run, READ))
 def get_run(tenant: str, run_id: str, request: Request, edge: EdgeDep) -> dict[str, Any]:
     return runs.get(edge.services, edge.principal(request, tenant), run_id)
 
 
-@router.get("")
+@router.get("", response_model=None, responses=answers(200, RunPage, LIST))
 def list_runs(
     tenant: str,
     request: Request,
     edge: EdgeDep,
     workflow: str | None = None,
-    state: str | None = None,
-    origin_id: str | None = None,
-    limit: str | None = None,
-    cursor: str | None = None,
+    state: _StateFilter = None,
+    origin_id: _OriginFilter = None,
+    limit: PageLimit = None,
+    cursor: PageCursor = None,
 ) -> dict[str, Any]:
     principal = edge.principal(request, tenant)
     query = runs.ListRuns(workflow, state, origin_id, parse_limit(limit), cursor)
@@ -49,8 +62,11 @@ def list_runs(
 
 @router.post(
     "/{run_id}/cancel",
+    response_model=None,
+    responses=answers(200, Run, MUTATION, ADMIN, mutation=True, description="The run"),
     openapi_extra=mutation_doc(),
-    description="Cooperative cancel. " + IDEMPOTENCY_DOC,
+    description="Cooperative cancel: the workflow sees `cancel_requested` and may clean up. "
+    "Idempotent, also once the run has ended; owner or admin. " + IDEMPOTENCY_DOC,
 )
 def cancel_run(tenant: str, run_id: str, request: Request, edge: EdgeDep, raw: BodyDep) -> Response:
     def build(principal: Principal) -> Mutation:
@@ -61,8 +77,11 @@ def cancel_run(tenant: str, run_id: str, request: Request, edge: EdgeDep, raw: B
 
 @router.post(
     "/{run_id}/terminate",
+    response_model=None,
+    responses=answers(200, Run, MUTATION, ADMIN, mutation=True, description="The run"),
     openapi_extra=mutation_doc(),
-    description="Immediate termination. " + IDEMPOTENCY_DOC,
+    description="Immediate: the run is recorded `terminated` at once and its body stopped. "
+    "Idempotent; owner or admin. " + IDEMPOTENCY_DOC,
 )
 def terminate_run(
     tenant: str, run_id: str, request: Request, edge: EdgeDep, raw: BodyDep

@@ -5,38 +5,63 @@ from __future__ import annotations
 from datetime import datetime
 from typing import Annotated, Any
 
-from fastapi import APIRouter, Depends, Request, Security
-from fastapi.responses import Response
+from fastapi import APIRouter, Depends, Query, Request, Security
+from fastapi.responses import JSONResponse, Response
 
 from punctual.adapters.http.edge import (
     Edge,
+    load_json,
     parse_body,
     parse_limit,
+    parse_object,
     parse_whole_number,
     run_mutation,
 )
 from punctual.adapters.http.routes.common import (
     BEARER,
     IDEMPOTENCY_DOC,
+    INSTANT,
+    PageCursor,
+    PageLimit,
+    documented_as,
     get_edge,
     mutation_doc,
+    one_of,
     raw_body,
+    whole_number,
 )
 from punctual.adapters.http.schemas import (
+    ADMIN,
+    LIST,
     MAX_SPAN_MS,
-    MUTATION_ERRORS,
+    MUTATION,
+    READ,
+    VERSIONED,
+    BackfillBody,
     CreateScheduleBody,
     PatchScheduleBody,
-    Schedule,
+    PutScheduleBody,
     TransferBody,
+    TriggerBody,
     VersionBody,
     answers,
 )
 from punctual.domain.permissions import Principal
+from punctual.domain.starts import StartState
 from punctual.domain.timeutil import parse_rfc3339
 from punctual.errors import InvalidRequest, not_found
 from punctual.ports.store import Tx
-from punctual.usecases import schedules, transfer
+from punctual.resources import (
+    BackfillResult,
+    Occurrence,
+    OccurrencePage,
+    Schedule,
+    SchedulePage,
+    SchedulePreview,
+    ScheduleUpsert,
+    UpsertPlan,
+)
+from punctual.usecases import schedule_controls, schedules, transfer
 from punctual.usecases.idempotency import Mutation, Outcome
 
 router = APIRouter(
@@ -44,6 +69,30 @@ router = APIRouter(
 )
 EdgeDep = Annotated[Edge, Depends(get_edge)]
 BodyDep = Annotated[bytes, Depends(raw_body)]
+
+_SPEC_REFUSALS = {
+    422: (
+        "validation_error",
+        "invalid_cron",
+        "unknown_time_zone",
+        "interval_too_short",
+        "invalid_schedule_spec",
+    )
+}
+# What a create or a content edit answers besides the spec's own refusals.
+_CONTENT_REFUSALS = {
+    403: ("forbidden", "workload_class_not_allowed"),
+    409: ("name_taken",),
+    413: ("input_too_large",),
+    422: ("policy_required", "unknown_workflow", "workflow_inactive", "input_invalid"),
+}
+# The end, count and jitter of a create or an edit (RS-9c, RS-9d).
+_BOUND_REFUSALS = {422: ("end_at_in_past", "jitter_too_large")}
+_ENDED = {409: ("invalid_state",)}
+_ROLE_AND_VERSION = (ADMIN, VERSIONED)
+_StateFilter = Annotated[
+    str | None, Query(json_schema_extra=documented_as(one_of([s.value for s in StartState])))
+]
 
 
 def _existing(tx: Tx, principal: Principal, schedule_id: str) -> None:
@@ -54,8 +103,21 @@ def _existing(tx: Tx, principal: Principal, schedule_id: str) -> None:
 @router.post(
     "/schedules",
     status_code=201,
+    response_model=None,
+    responses=answers(
+        201,
+        Schedule,
+        MUTATION,
+        _SPEC_REFUSALS,
+        _CONTENT_REFUSALS,
+        _BOUND_REFUSALS,
+        {422: ("host_owned_field",), 429: ("quota_exceeded",)},
+        mutation=True,
+        description="The created schedule",
+    ),
     openapi_extra=mutation_doc(CreateScheduleBody),
-    description=IDEMPOTENCY_DOC,
+    description="A recurring schedule: `overlap` and `missed` are required choices. "
+    + IDEMPOTENCY_DOC,
 )
 def create_schedule(tenant: str, request: Request, edge: EdgeDep, raw: BodyDep) -> Response:
     def build(principal: Principal) -> Mutation:
@@ -68,27 +130,131 @@ def create_schedule(tenant: str, request: Request, edge: EdgeDep, raw: BodyDep) 
     return run_mutation(edge, request, raw, tenant, build)
 
 
-@router.get("/schedules/{schedule_id}")
+# Before the routes of one schedule by id: a schedule named "x/occurrences" is a name.
+@router.get(
+    "/schedules/by-name/{name:path}",
+    response_model=None,
+    responses=answers(200, Schedule, READ),
+    description="The live schedule with this name. Names may contain `/`: the rest of the "
+    "path is the name, percent-encoded.",
+)
+def get_schedule_by_name(tenant: str, name: str, request: Request, edge: EdgeDep) -> dict[str, Any]:
+    return schedule_controls.get_by_name(edge.services, edge.principal(request, tenant), name)
+
+
+@router.put(
+    "/schedules/by-name/{name:path}",
+    status_code=201,
+    response_model=None,
+    responses={
+        **answers(
+            200,
+            ScheduleUpsert | UpsertPlan,
+            MUTATION,
+            ADMIN,
+            VERSIONED,
+            _SPEC_REFUSALS,
+            _CONTENT_REFUSALS,
+            _BOUND_REFUSALS,
+            _ENDED,
+            {422: ("host_owned_field",), 429: ("quota_exceeded",)},
+            mutation=True,
+            description="Updated (`changed: true`, a new version and revision) or unchanged "
+            "(`changed: false`); with `?dry_run=true` the plan, `{action, changed_fields}`",
+        ),
+        201: {"model": ScheduleUpsert, "description": "Created (`changed: true`)"},
+    },
+    openapi_extra=mutation_doc(PutScheduleBody),
+    description="Schedules as code (RS-9e): create the schedule with this name, change the "
+    "fields that differ (a content edit: creator or admin), or change nothing. An omitted "
+    "`enabled` keeps the schedule's own, so an apply never re-enables a paused or "
+    "auto-disabled schedule; other omitted fields take their create defaults. "
+    "`?dry_run=true` stores nothing and needs no `Idempotency-Key`. " + IDEMPOTENCY_DOC,
+)
+def put_schedule_by_name(
+    tenant: str,
+    name: str,
+    request: Request,
+    edge: EdgeDep,
+    raw: BodyDep,
+    dry_run: Annotated[
+        str | None,
+        Query(
+            description="`true`: answer the plan and store nothing.",
+            json_schema_extra=documented_as(one_of(["true", "false"])),
+        ),
+    ] = None,
+) -> Response:
+    if _flag(dry_run, "dry_run"):
+        principal = edge.principal(request, tenant)
+        body = parse_body(raw, PutScheduleBody, host_owned_check=True)
+        plan = schedule_controls.plan_by_name(edge.services, principal, body.command(name))
+        return JSONResponse(plan)
+
+    def build(principal: Principal) -> Mutation:
+        def mutation(tx: Tx, now: Any) -> Outcome:
+            command = parse_body(raw, PutScheduleBody, host_owned_check=True).command(name)
+            return schedule_controls.upsert_by_name(edge.services, principal, command)(tx, now)
+
+        return mutation
+
+    return run_mutation(edge, request, raw, tenant, build)
+
+
+def _flag(value: str | None, name: str) -> bool:
+    if value is None or value == "false":
+        return False
+    if value == "true":
+        return True
+    raise InvalidRequest(
+        f"{name} must be true or false",
+        errors=[{"loc": ["query", name], "msg": "true or false", "type": "bool_parsing"}],
+    )
+
+
+@router.get("/schedules/{schedule_id}", response_model=None, responses=answers(200, Schedule, READ))
 def get_schedule(tenant: str, schedule_id: str, request: Request, edge: EdgeDep) -> dict[str, Any]:
     return schedules.get(edge.services, edge.principal(request, tenant), schedule_id)
 
 
-@router.get("/schedules")
+@router.get(
+    "/schedules",
+    response_model=None,
+    responses=answers(200, SchedulePage, LIST),
+    description="The live schedules in row order; `source` keeps those last applied from "
+    "that file of schedules (what `punctual schedules apply --prune` considers).",
+)
 def list_schedules(
     tenant: str,
     request: Request,
     edge: EdgeDep,
-    limit: str | None = None,
-    cursor: str | None = None,
+    limit: PageLimit = None,
+    cursor: PageCursor = None,
+    source: Annotated[str | None, Query(description="The `source` of a file of schedules.")] = None,
 ) -> dict[str, Any]:
     principal = edge.principal(request, tenant)
-    return schedules.list_schedules(edge.services, principal, parse_limit(limit), cursor)
+    page = parse_limit(limit)
+    return schedules.list_schedules(edge.services, principal, page, cursor, source)
 
 
 @router.patch(
     "/schedules/{schedule_id}",
+    response_model=None,
+    responses=answers(
+        200,
+        Schedule,
+        MUTATION,
+        VERSIONED,
+        _SPEC_REFUSALS,
+        _CONTENT_REFUSALS,
+        _BOUND_REFUSALS,
+        _ENDED,
+        {422: ("host_owned_field",)},
+        mutation=True,
+        description="The schedule; a changed spec, workflow or input is a new revision",
+    ),
     openapi_extra=mutation_doc(PatchScheduleBody),
-    description="Content edits: creator or admin. " + IDEMPOTENCY_DOC,
+    description="Content edits: creator or admin; `enabled` alone: any member. " + IDEMPOTENCY_DOC,
 )
 def patch_schedule(
     tenant: str, schedule_id: str, request: Request, edge: EdgeDep, raw: BodyDep
@@ -124,10 +290,18 @@ def _toggle(enabled: bool) -> Any:
     return route
 
 
+_TOGGLE_ANSWERS = answers(
+    200, Schedule, MUTATION, *_ROLE_AND_VERSION, mutation=True, description="The schedule"
+)
+_RESUME_ANSWERS = answers(
+    200, Schedule, MUTATION, *_ROLE_AND_VERSION, _ENDED, mutation=True, description="The schedule"
+)
 router.add_api_route(
     "/schedules/{schedule_id}/pause",
     _toggle(False),
     methods=["POST"],
+    response_model=None,
+    responses=_TOGGLE_ANSWERS,
     openapi_extra=mutation_doc(VersionBody),
     description="Stop generating occurrences; queued ones still run. " + IDEMPOTENCY_DOC,
     name="pause_schedule",
@@ -136,8 +310,12 @@ router.add_api_route(
     "/schedules/{schedule_id}/resume",
     _toggle(True),
     methods=["POST"],
+    response_model=None,
+    responses=_RESUME_ANSWERS,
     openapi_extra=mutation_doc(VersionBody),
-    description="Generate again, applying the missed policy. " + IDEMPOTENCY_DOC,
+    description="Generate again, applying the missed policy; an ended schedule is "
+    "`409 invalid_state` (extend it with a PATCH of `end_at` or `max_occurrences`). "
+    + IDEMPOTENCY_DOC,
     name="resume_schedule",
 )
 
@@ -145,8 +323,13 @@ router.add_api_route(
 @router.delete(
     "/schedules/{schedule_id}",
     status_code=204,
+    response_model=None,
+    responses=answers(
+        204, None, MUTATION, *_ROLE_AND_VERSION, mutation=True, description="Deleted"
+    ),
     openapi_extra=mutation_doc(),
-    description=IDEMPOTENCY_DOC,
+    description="Cancels its unstarted occurrences (`schedule_deleted`) and leaves runs alone; "
+    "creator or admin. " + IDEMPOTENCY_DOC,
 )
 def delete_schedule(
     tenant: str,
@@ -154,7 +337,13 @@ def delete_schedule(
     request: Request,
     edge: EdgeDep,
     raw: BodyDep,
-    version: str | None = None,
+    version: Annotated[
+        str | None,
+        Query(
+            description="Required: the schedule's current version.",
+            json_schema_extra=documented_as(whole_number(1)),
+        ),
+    ] = None,
 ) -> Response:
     def build(principal: Principal) -> Mutation:
         def mutation(tx: Tx, now: Any) -> Outcome:
@@ -175,7 +364,15 @@ def delete_schedule(
 @router.post(
     "/schedules/{schedule_id}/transfer",
     response_model=None,
-    responses=answers(200, Schedule, MUTATION_ERRORS, mutation=True),
+    responses=answers(
+        200,
+        Schedule,
+        MUTATION,
+        *_ROLE_AND_VERSION,
+        {422: ("transfer_target_invalid",)},
+        mutation=True,
+        description="The schedule, `created_by` = `to`",
+    ),
     openapi_extra=mutation_doc(TransferBody),
     description="Admin. `to` (a member or admin of the tenant) becomes the schedule's "
     "`created_by`: runs dispatched from then on carry its identity. " + IDEMPOTENCY_DOC,
@@ -194,15 +391,93 @@ def transfer_schedule(
     return run_mutation(edge, request, raw, tenant, build)
 
 
-@router.get("/schedules/{schedule_id}/occurrences")
+@router.post(
+    "/schedules/{schedule_id}/trigger",
+    status_code=201,
+    response_model=None,
+    responses=answers(
+        201,
+        Occurrence,
+        MUTATION,
+        ADMIN,
+        mutation=True,
+        description="The occurrence, `origin: trigger`, due now",
+    ),
+    openapi_extra=mutation_doc(TriggerBody),
+    description="One occurrence now (RS-9a): `occurrence_at` is the current millisecond (the "
+    "next free one if taken), dispatched under the schedule's overlap policy or the one "
+    "the body names (`{}` or no body: the schedule's). Any member or admin; allowed while "
+    "paused or ended; the schedule's `version` stays. " + IDEMPOTENCY_DOC,
+)
+def trigger_schedule(
+    tenant: str, schedule_id: str, request: Request, edge: EdgeDep, raw: BodyDep
+) -> Response:
+    def build(principal: Principal) -> Mutation:
+        def mutation(tx: Tx, now: Any) -> Outcome:
+            _existing(tx, principal, schedule_id)
+            data = load_json(raw)
+            body = parse_object({} if data is None else data, TriggerBody)
+            command = body.command(schedule_id)
+            return schedule_controls.trigger(edge.services, principal, command)(tx, now)
+
+        return mutation
+
+    return run_mutation(edge, request, raw, tenant, build)
+
+
+@router.post(
+    "/schedules/{schedule_id}/backfill",
+    response_model=None,
+    responses=answers(
+        200,
+        BackfillResult,
+        MUTATION,
+        ADMIN,
+        {
+            422: ("backfill_range_invalid", "backfill_too_large"),
+            429: ("quota_exceeded",),
+            503: ("quota_unavailable",),
+        },
+        mutation=True,
+        description="Every fire time of the range, in order, as the occurrence that holds it",
+    ),
+    openapi_extra=mutation_doc(BackfillBody),
+    description="Generate the fire times of `(from, to]` under the spec and DST policy "
+    "(RS-9b), at most 1,000: an instant that has a live or finished occurrence is "
+    "`existing`; one covered only by a skipped range or a skipped or failed occurrence is "
+    "generated again (the old row stays). Without `overlap` they dispatch one after "
+    "another in `occurrence_at` order. They count against the pending-start quota until "
+    "they start. Creator or admin; the schedule's `version` stays. " + IDEMPOTENCY_DOC,
+)
+def backfill_schedule(
+    tenant: str, schedule_id: str, request: Request, edge: EdgeDep, raw: BodyDep
+) -> Response:
+    def build(principal: Principal) -> Mutation:
+        def mutation(tx: Tx, now: Any) -> Outcome:
+            _existing(tx, principal, schedule_id)
+            body = parse_body(raw, BackfillBody)
+            command = body.command(schedule_id)
+            return schedule_controls.backfill(edge.services, principal, command)(tx, now)
+
+        return mutation
+
+    return run_mutation(edge, request, raw, tenant, build)
+
+
+@router.get(
+    "/schedules/{schedule_id}/occurrences",
+    response_model=None,
+    responses=answers(200, OccurrencePage, LIST),
+    description="The schedule's occurrences and skipped ranges, in generation order.",
+)
 def list_occurrences(
     tenant: str,
     schedule_id: str,
     request: Request,
     edge: EdgeDep,
-    state: str | None = None,
-    limit: str | None = None,
-    cursor: str | None = None,
+    state: _StateFilter = None,
+    limit: PageLimit = None,
+    cursor: PageCursor = None,
 ) -> dict[str, Any]:
     principal = edge.principal(request, tenant)
     query = schedules.ListOccurrences(schedule_id, state, parse_limit(limit), cursor)
@@ -211,8 +486,18 @@ def list_occurrences(
 
 @router.post(
     "/schedules/{schedule_id}/occurrences/{occurrence_id}/cancel",
+    response_model=None,
+    responses=answers(
+        200,
+        Occurrence,
+        MUTATION,
+        *_ROLE_AND_VERSION,
+        {409: ("already_dispatched", "invalid_state")},
+        mutation=True,
+        description="The occurrence, `state: canceled`",
+    ),
     openapi_extra=mutation_doc(VersionBody),
-    description=IDEMPOTENCY_DOC,
+    description="Cancel one unstarted occurrence; any member or admin. " + IDEMPOTENCY_DOC,
 )
 def cancel_occurrence(
     tenant: str,
@@ -236,22 +521,43 @@ def cancel_occurrence(
     return run_mutation(edge, request, raw, tenant, build)
 
 
-@router.get("/schedule-preview")
+@router.get(
+    "/schedule-preview",
+    response_model=None,
+    responses=answers(200, SchedulePreview, READ, _SPEC_REFUSALS),
+    description="The fire times strictly after `from` (default now) of a cron expression "
+    "(with `time_zone`, `dst_gap`, `dst_overlap`) or an interval (`interval_ms`, "
+    "`starts_at`), with their local and nominal times. Read-only.",
+)
 def schedule_preview(
     tenant: str,
     request: Request,
     edge: EdgeDep,
     cron: str | None = None,
-    time_zone: str | None = None,
-    dst_gap: str | None = None,
-    dst_overlap: str | None = None,
-    interval_ms: str | None = None,
-    starts_at: str | None = None,
-    count: str | None = None,
+    time_zone: Annotated[str | None, Query(description="IANA zone, default UTC.")] = None,
+    dst_gap: Annotated[
+        str | None, Query(json_schema_extra=documented_as(one_of(["shift_to_gap_end", "skip"])))
+    ] = None,
+    dst_overlap: Annotated[
+        str | None, Query(json_schema_extra=documented_as(one_of(["first", "last", "both"])))
+    ] = None,
+    interval_ms: Annotated[
+        str | None, Query(json_schema_extra=documented_as(whole_number(0, MAX_SPAN_MS)))
+    ] = None,
+    starts_at: Annotated[str | None, Query(json_schema_extra=documented_as(INSTANT))] = None,
+    after: Annotated[
+        str | None, Query(alias="from", json_schema_extra=documented_as(INSTANT))
+    ] = None,
+    count: Annotated[
+        str | None,
+        Query(
+            description="How many fire times, 1-100 (default 10).",
+            json_schema_extra=documented_as(whole_number(1, 100)),
+        ),
+    ] = None,
 ) -> dict[str, Any]:
     edge.principal(request, tenant)
-    params = request.query_params
-    after = _instant(params.get("from"), "from") or edge.services.clock.now()
+    instant = _instant(after, "from") or edge.services.clock.now()
     spec: dict[str, Any] = {}
     if cron is not None:
         spec = {"cron": cron, "time_zone": time_zone or "UTC"}
@@ -263,7 +569,7 @@ def schedule_preview(
             spec["starts_at"] = start
     number = parse_limit(count, default=schedules.PREVIEW_DEFAULT_COUNT, name="count")
     try:
-        return schedules.preview(spec, after, number)
+        return schedules.preview(spec, instant, number)
     except OverflowError:
         # Fire times past the year 9999 exist in no calendar Python (or the store) holds.
         raise InvalidRequest(

@@ -6,7 +6,7 @@ from collections.abc import Callable
 from functools import partial
 from typing import Annotated, Any
 
-from fastapi import APIRouter, Depends, Request, Security
+from fastapi import APIRouter, Depends, Query, Request, Security
 from fastapi.responses import JSONResponse, Response
 
 from punctual.adapters.http.edge import (
@@ -28,21 +28,33 @@ from punctual.adapters.http.errors import response_for
 from punctual.adapters.http.routes.common import (
     BEARER,
     IDEMPOTENCY_DOC,
+    PageCursor,
+    PageLimit,
+    documented_as,
     get_edge,
     mutation_doc,
+    one_of,
     raw_body,
 )
 from punctual.adapters.http.schemas import (
+    ADMIN,
+    LIST,
     MAX_BATCH_ITEMS,
+    MUTATION,
+    READ,
+    VERSIONED,
     BatchCreateBody,
-    BatchCreateResult,
     CancelBody,
     CreateStartBody,
     RescheduleBody,
+    answers,
+    request_body_ref,
 )
 from punctual.domain.permissions import Action, Principal, require
+from punctual.domain.starts import StartState
 from punctual.errors import InvalidRequest, PunctualError, not_found
 from punctual.ports.store import Tx
+from punctual.resources import BatchCreateResult, Start, StartPage
 from punctual.usecases import starts
 from punctual.usecases.idempotency import Mutation, Outcome
 
@@ -53,14 +65,55 @@ router = APIRouter(
 )
 EdgeDep = Annotated[Edge, Depends(get_edge)]
 BodyDep = Annotated[bytes, Depends(raw_body)]
+_StateFilter = Annotated[
+    str | None, Query(json_schema_extra=documented_as(one_of([s.value for s in StartState])))
+]
 
 
 CREATE_ROUTE = "/v1/tenants/{tenant}/scheduled-starts"
 """The single create's route, in the fingerprint of every create, batch items included."""
 
+# What a create answers, alone or as a batch item (OS-1, OS-2, OS-10, quotas).
+CREATE_REFUSALS = {
+    403: ("forbidden", "workload_class_not_allowed"),
+    413: ("input_too_large",),
+    422: (
+        "validation_error",
+        "start_at_not_timezone_aware",
+        "start_at_in_past",
+        "start_at_zone_mismatch",
+        "unknown_time_zone",
+        "unknown_workflow",
+        "workflow_inactive",
+        "input_invalid",
+        "host_owned_field",
+    ),
+    429: ("quota_exceeded",),
+    503: ("quota_unavailable",),
+}
+_TRANSITION_REFUSALS = {
+    403: ("forbidden",),
+    409: ("already_dispatched", "invalid_state"),
+}
+_START_AT_REFUSALS = {
+    422: (
+        "start_at_not_timezone_aware",
+        "start_at_in_past",
+        "start_at_zone_mismatch",
+        "unknown_time_zone",
+    )
+}
+
 
 @router.post(
-    "", status_code=201, openapi_extra=mutation_doc(CreateStartBody), description=IDEMPOTENCY_DOC
+    "",
+    status_code=201,
+    response_model=None,
+    responses=answers(
+        201, Start, MUTATION, CREATE_REFUSALS, mutation=True, description="The created start"
+    ),
+    openapi_extra=mutation_doc(CreateStartBody),
+    description="Schedule one run of a workflow at an instant (OS-1). " + IDEMPOTENCY_DOC,
 )
 def create_start(tenant: str, request: Request, edge: EdgeDep, raw: BodyDep) -> Response:
     try:
@@ -79,13 +132,18 @@ def create_start(tenant: str, request: Request, edge: EdgeDep, raw: BodyDep) -> 
 
 @router.post(
     "/batch",
-    response_model=BatchCreateResult,
-    openapi_extra={
-        "requestBody": {
-            "required": True,
-            "content": {"application/json": {"schema": BatchCreateBody.model_json_schema()}},
-        }
-    },
+    response_model=None,
+    responses=answers(
+        200,
+        BatchCreateResult,
+        READ,
+        ADMIN,
+        {413: ("body_too_large",), 503: ("quota_unavailable",)},
+        description="Per-item results in request order: each item's `status` and `body` are "
+        "what the single create would have answered (201 and the start, an error, or 202 "
+        "`in_progress`)",
+    ),
+    openapi_extra={"requestBody": request_body_ref(BatchCreateBody)},
     description=(
         "Up to 500 creates, each decided exactly as `POST …/scheduled-starts` with its "
         "`idempotency_key` as the `Idempotency-Key` header (OS-11). Takes no "
@@ -171,8 +229,19 @@ def _existing(tx: Tx, principal: Principal, start_id: str) -> None:
 
 @router.post(
     "/{start_id}/reschedule",
+    response_model=None,
+    responses=answers(
+        200,
+        Start,
+        MUTATION,
+        VERSIONED,
+        _TRANSITION_REFUSALS,
+        _START_AT_REFUSALS,
+        mutation=True,
+        description="The rescheduled start",
+    ),
     openapi_extra=mutation_doc(RescheduleBody),
-    description=IDEMPOTENCY_DOC,
+    description="Move a start that has not been dispatched; owner or admin. " + IDEMPOTENCY_DOC,
 )
 def reschedule_start(
     tenant: str, start_id: str, request: Request, edge: EdgeDep, raw: BodyDep
@@ -189,7 +258,20 @@ def reschedule_start(
 
 
 @router.post(
-    "/{start_id}/cancel", openapi_extra=mutation_doc(CancelBody), description=IDEMPOTENCY_DOC
+    "/{start_id}/cancel",
+    response_model=None,
+    responses=answers(
+        200,
+        Start,
+        MUTATION,
+        VERSIONED,
+        _TRANSITION_REFUSALS,
+        mutation=True,
+        description="The start, `state: canceled`",
+    ),
+    openapi_extra=mutation_doc(CancelBody),
+    description="Cancel a start before its dispatch; after it, `409 already_dispatched` names "
+    "the run, which the run routes cancel or terminate. Owner or admin. " + IDEMPOTENCY_DOC,
 )
 def cancel_start(
     tenant: str, start_id: str, request: Request, edge: EdgeDep, raw: BodyDep
@@ -205,22 +287,27 @@ def cancel_start(
     return run_mutation(edge, request, raw, tenant, build)
 
 
-@router.get("/{start_id}")
+@router.get("/{start_id}", response_model=None, responses=answers(200, Start, READ))
 def get_start(tenant: str, start_id: str, request: Request, edge: EdgeDep) -> dict[str, Any]:
     principal = edge.principal(request, tenant)
     return starts.get(edge.services, principal, start_id)
 
 
-@router.get("")
+@router.get(
+    "",
+    response_model=None,
+    responses=answers(200, StartPage, LIST),
+    description="Starts in creation order, filtered by what is given.",
+)
 def list_starts(
     tenant: str,
     request: Request,
     edge: EdgeDep,
-    state: str | None = None,
+    state: _StateFilter = None,
     workflow: str | None = None,
     business_request_id: str | None = None,
-    limit: str | None = None,
-    cursor: str | None = None,
+    limit: PageLimit = None,
+    cursor: PageCursor = None,
 ) -> dict[str, Any]:
     principal = edge.principal(request, tenant)
     query = starts.ListStarts(state, workflow, business_request_id, parse_limit(limit), cursor)

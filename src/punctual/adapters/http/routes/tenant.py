@@ -11,13 +11,24 @@ from punctual.adapters.http.edge import Edge, parse_body, parse_limit, run_mutat
 from punctual.adapters.http.routes.common import (
     BEARER,
     IDEMPOTENCY_DOC,
+    PageCursor,
+    PageLimit,
     get_edge,
     mutation_doc,
     raw_body,
 )
-from punctual.adapters.http.schemas import MemberBody, TokenBody
+from punctual.adapters.http.schemas import (
+    ADMIN,
+    LIST,
+    MUTATION,
+    READ,
+    MemberBody,
+    TokenBody,
+    answers,
+)
 from punctual.domain.permissions import Principal
 from punctual.ports.store import Tx
+from punctual.resources import DefinitionPage, Finding, Health, IssuedToken, Member, TokenPage
 from punctual.usecases import definitions, health, identity
 from punctual.usecases.idempotency import Mutation, Outcome
 
@@ -26,14 +37,24 @@ EdgeDep = Annotated[Edge, Depends(get_edge)]
 BodyDep = Annotated[bytes, Depends(raw_body)]
 
 
-@router.get("/definitions")
+@router.get(
+    "/definitions",
+    response_model=None,
+    responses=answers(200, DefinitionPage, READ),
+    description="The host's workflow definitions (host-global), all in one page.",
+)
 def list_definitions(tenant: str, request: Request, edge: EdgeDep) -> dict[str, Any]:
     edge.principal(request, tenant)
     return {"items": definitions.list_definitions(edge.services), "next_cursor": None}
 
 
 @router.post(
-    "/members", status_code=201, openapi_extra=mutation_doc(MemberBody), description=IDEMPOTENCY_DOC
+    "/members",
+    status_code=201,
+    response_model=None,
+    responses=answers(201, Member, MUTATION, ADMIN, mutation=True, description="The member"),
+    openapi_extra=mutation_doc(MemberBody),
+    description="Admin. Adds the member, or changes its role. " + IDEMPOTENCY_DOC,
 )
 def add_member(tenant: str, request: Request, edge: EdgeDep, raw: BodyDep) -> Response:
     def build(principal: Principal) -> Mutation:
@@ -49,8 +70,11 @@ def add_member(tenant: str, request: Request, edge: EdgeDep, raw: BodyDep) -> Re
 @router.delete(
     "/members/{subject}",
     status_code=204,
+    response_model=None,
+    responses=answers(204, None, MUTATION, ADMIN, mutation=True, description="Removed"),
     openapi_extra=mutation_doc(),
-    description=IDEMPOTENCY_DOC,
+    description="Admin. Revokes the member's tokens and auto-disables the schedules it "
+    "created. " + IDEMPOTENCY_DOC,
 )
 def remove_member(
     tenant: str, subject: str, request: Request, edge: EdgeDep, raw: BodyDep
@@ -62,7 +86,19 @@ def remove_member(
 
 
 @router.post(
-    "/tokens", status_code=201, openapi_extra=mutation_doc(TokenBody), description=IDEMPOTENCY_DOC
+    "/tokens",
+    status_code=201,
+    response_model=None,
+    responses=answers(
+        201,
+        IssuedToken,
+        MUTATION,
+        ADMIN,
+        mutation=True,
+        description="The token; its secret is shown in this answer only (a replay shows null)",
+    ),
+    openapi_extra=mutation_doc(TokenBody),
+    description="Admin. A token for a member of the tenant. " + IDEMPOTENCY_DOC,
 )
 def create_token(tenant: str, request: Request, edge: EdgeDep, raw: BodyDep) -> Response:
     def build(principal: Principal) -> Mutation:
@@ -77,13 +113,18 @@ def create_token(tenant: str, request: Request, edge: EdgeDep, raw: BodyDep) -> 
     return run_mutation(edge, request, raw, tenant, build)
 
 
-@router.get("/tokens")
+@router.get(
+    "/tokens",
+    response_model=None,
+    responses=answers(200, TokenPage, LIST, ADMIN),
+    description="Admin. The tenant's tokens, without their secrets.",
+)
 def list_tokens(
     tenant: str,
     request: Request,
     edge: EdgeDep,
-    limit: str | None = None,
-    cursor: str | None = None,
+    limit: PageLimit = None,
+    cursor: PageCursor = None,
 ) -> dict[str, Any]:
     principal = edge.principal(request, tenant)
     return identity.list_tokens(edge.services, principal, parse_limit(limit), cursor)
@@ -92,8 +133,10 @@ def list_tokens(
 @router.delete(
     "/tokens/{token_id}",
     status_code=204,
+    response_model=None,
+    responses=answers(204, None, MUTATION, ADMIN, mutation=True, description="Revoked"),
     openapi_extra=mutation_doc(),
-    description=IDEMPOTENCY_DOC,
+    description="Admin. " + IDEMPOTENCY_DOC,
 )
 def revoke_token(
     tenant: str, token_id: str, request: Request, edge: EdgeDep, raw: BodyDep
@@ -104,7 +147,12 @@ def revoke_token(
     return run_mutation(edge, request, raw, tenant, build)
 
 
-@router.get("/health")
+@router.get(
+    "/health",
+    response_model=None,
+    responses=answers(200, Health, READ),
+    description="What is failed, stuck or down in this tenant (DP-4).",
+)
 def tenant_health(tenant: str, request: Request, edge: EdgeDep) -> dict[str, Any]:
     principal = edge.principal(request, tenant)
     return health.report(edge.services, principal)
@@ -112,8 +160,13 @@ def tenant_health(tenant: str, request: Request, edge: EdgeDep) -> dict[str, Any
 
 @router.post(
     "/health/findings/{finding_id}/acknowledge",
+    response_model=None,
+    responses=answers(
+        200, Finding, MUTATION, ADMIN, mutation=True, description="The acknowledged finding"
+    ),
     openapi_extra=mutation_doc(),
-    description=IDEMPOTENCY_DOC,
+    description="Any member or admin. An acknowledged failure no longer keeps the report "
+    "`degraded`. " + IDEMPOTENCY_DOC,
 )
 def acknowledge_finding(
     tenant: str, finding_id: str, request: Request, edge: EdgeDep, raw: BodyDep

@@ -11,24 +11,25 @@ from punctual.adapters.http.edge import Edge, load_json, parse_body, parse_limit
 from punctual.adapters.http.routes.common import (
     BEARER,
     IDEMPOTENCY_DOC,
+    PageCursor,
+    PageLimit,
     get_edge,
     mutation_doc,
     raw_body,
 )
 from punctual.adapters.http.schemas import (
-    MUTATION_ERRORS,
-    READ_ERRORS,
+    ADMIN,
+    LIST,
+    MUTATION,
+    READ,
     CreateWebhookBody,
-    DeliveryPage,
     PatchWebhookBody,
-    Queued,
-    Webhook,
-    WebhookPage,
     answers,
 )
 from punctual.domain.permissions import Principal
 from punctual.errors import PunctualError, not_found
 from punctual.ports.store import Tx
+from punctual.resources import DeliveryPage, Queued, Webhook, WebhookPage
 from punctual.usecases import webhooks
 from punctual.usecases.idempotency import Mutation, Outcome
 
@@ -37,7 +38,8 @@ router = APIRouter(
 )
 EdgeDep = Annotated[Edge, Depends(get_edge)]
 BodyDep = Annotated[bytes, Depends(raw_body)]
-_ADMIN_READ_ERRORS = (*READ_ERRORS, 403)
+# Kinds and destinations a webhook may not have (API.md "Notifications and webhooks").
+_SUBSCRIPTION_REFUSALS = {422: ("webhook_url_not_allowed", "unknown_event_kind")}
 
 
 def _screening(edge: Edge, request: Request, tenant: str, raw: bytes) -> webhooks.Screening:
@@ -56,7 +58,15 @@ def _screening(edge: Edge, request: Request, tenant: str, raw: bytes) -> webhook
     "/webhooks",
     status_code=201,
     response_model=None,
-    responses=answers(201, Webhook, MUTATION_ERRORS, mutation=True, description="Created"),
+    responses=answers(
+        201,
+        Webhook,
+        MUTATION,
+        ADMIN,
+        _SUBSCRIPTION_REFUSALS,
+        mutation=True,
+        description="The webhook, its URL cut after the host",
+    ),
     openapi_extra=mutation_doc(CreateWebhookBody),
     description="Admin. The URL and the secret are stored encrypted; the secret is never "
     "returned. " + IDEMPOTENCY_DOC,
@@ -77,15 +87,15 @@ def create_webhook(tenant: str, request: Request, edge: EdgeDep, raw: BodyDep) -
 @router.get(
     "/webhooks",
     response_model=None,
-    responses=answers(200, WebhookPage, _ADMIN_READ_ERRORS),
+    responses=answers(200, WebhookPage, LIST, ADMIN),
     description="Admin. URLs are shown cut after their host.",
 )
 def list_webhooks(
     tenant: str,
     request: Request,
     edge: EdgeDep,
-    limit: str | None = None,
-    cursor: str | None = None,
+    limit: PageLimit = None,
+    cursor: PageCursor = None,
 ) -> dict[str, Any]:
     principal = edge.principal(request, tenant)
     return webhooks.list_webhooks(edge.services, principal, parse_limit(limit), cursor)
@@ -94,7 +104,7 @@ def list_webhooks(
 @router.get(
     "/webhooks/{webhook_id}",
     response_model=None,
-    responses=answers(200, Webhook, _ADMIN_READ_ERRORS),
+    responses=answers(200, Webhook, READ, ADMIN),
     description="Admin.",
 )
 def get_webhook(tenant: str, webhook_id: str, request: Request, edge: EdgeDep) -> dict[str, Any]:
@@ -104,7 +114,15 @@ def get_webhook(tenant: str, webhook_id: str, request: Request, edge: EdgeDep) -
 @router.patch(
     "/webhooks/{webhook_id}",
     response_model=None,
-    responses=answers(200, Webhook, MUTATION_ERRORS, mutation=True),
+    responses=answers(
+        200,
+        Webhook,
+        MUTATION,
+        ADMIN,
+        _SUBSCRIPTION_REFUSALS,
+        mutation=True,
+        description="The webhook",
+    ),
     openapi_extra=mutation_doc(PatchWebhookBody),
     description="Admin. Only the fields sent change; a new `secret` rotates it and "
     '`"secret": null` removes it. ' + IDEMPOTENCY_DOC,
@@ -131,7 +149,7 @@ def patch_webhook(
     "/webhooks/{webhook_id}",
     status_code=204,
     response_model=None,
-    responses=answers(204, None, MUTATION_ERRORS, mutation=True, description="Deleted"),
+    responses=answers(204, None, MUTATION, ADMIN, mutation=True, description="Deleted"),
     openapi_extra=mutation_doc(),
     description="Admin. Its pending deliveries end `failed`. " + IDEMPOTENCY_DOC,
 )
@@ -148,7 +166,7 @@ def delete_webhook(
     "/webhooks/{webhook_id}/test",
     status_code=202,
     response_model=None,
-    responses=answers(202, Queued, MUTATION_ERRORS, mutation=True, description="Queued"),
+    responses=answers(202, Queued, MUTATION, ADMIN, mutation=True, description="Queued"),
     openapi_extra=mutation_doc(),
     description="Admin. Queues a `test` event to this webhook only. " + IDEMPOTENCY_DOC,
 )
@@ -164,7 +182,7 @@ def test_webhook(
 @router.get(
     "/webhooks/{webhook_id}/deliveries",
     response_model=None,
-    responses=answers(200, DeliveryPage, _ADMIN_READ_ERRORS),
+    responses=answers(200, DeliveryPage, LIST, ADMIN),
     description="Admin. Newest first.",
 )
 def list_deliveries(
@@ -172,8 +190,8 @@ def list_deliveries(
     webhook_id: str,
     request: Request,
     edge: EdgeDep,
-    limit: str | None = None,
-    cursor: str | None = None,
+    limit: PageLimit = None,
+    cursor: PageCursor = None,
 ) -> dict[str, Any]:
     principal = edge.principal(request, tenant)
     return webhooks.list_deliveries(
@@ -185,7 +203,7 @@ def list_deliveries(
     "/webhooks/{webhook_id}/deliveries/{delivery_id}/redeliver",
     status_code=202,
     response_model=None,
-    responses=answers(202, Queued, MUTATION_ERRORS, mutation=True, description="Queued"),
+    responses=answers(202, Queued, MUTATION, ADMIN, mutation=True, description="Queued"),
     openapi_extra=mutation_doc(),
     description="Admin. A new delivery of the same event, with the same `event_id`. "
     + IDEMPOTENCY_DOC,

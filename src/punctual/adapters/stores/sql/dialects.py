@@ -415,3 +415,15 @@ def passed(
     return sa.func.julianday(since) + seconds / day < sa.func.julianday(
         sa.literal(now, type_=since.type)
     )
+
+
+def reclaim_space(engine: Engine, tables: Sequence[str]) -> None:
+    """After a retention sweep: on PostgreSQL, ``VACUUM`` the tables it deleted from, so
+    their freed space is reused at once rather than when autovacuum comes by (which a
+    host may have turned off); ``SKIP_LOCKED`` never waits for a busy table. SQLite reuses
+    freed pages of its file by itself, so nothing is done there."""
+    if is_sqlite(engine) or not tables:
+        return
+    names = ", ".join(engine.dialect.identifier_preparer.quote(name) for name in tables)
+    with engine.connect().execution_options(isolation_level="AUTOCOMMIT") as conn:
+        conn.exec_driver_sql(f"VACUUM (SKIP_LOCKED) {names}")

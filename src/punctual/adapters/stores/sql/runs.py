@@ -204,6 +204,7 @@ class SqlRuns:
                 _r.input_key_id,
                 _r.timeout_seconds,
                 _r.claim_token,
+                _r.traceparent,
             )
         )
         return [
@@ -217,6 +218,7 @@ class SqlRuns:
                 input=EncryptedInput(r["input_key_id"], r["input"]),
                 timeout_seconds=r["timeout_seconds"],
                 claim_token=r["claim_token"],
+                traceparent=r["traceparent"],
             )
             for r in claimed.mappings()
         ]

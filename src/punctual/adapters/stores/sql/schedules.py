@@ -71,6 +71,7 @@ def schedule_from_row(row: RowMapping) -> Schedule:
             max_catch_up=row["max_catch_up"],
             catch_up_window=timedelta(seconds=window) if window is not None else None,
             misfire_grace=timedelta(milliseconds=row["misfire_grace_ms"]),
+            jitter=timedelta(milliseconds=row["jitter_ms"]),
         ),
         enabled=bool(row["enabled"]),
         version=row["version"],
@@ -88,6 +89,10 @@ def schedule_from_row(row: RowMapping) -> Schedule:
         created_at=row["created_at"],
         updated_at=row["updated_at"],
         deleted_at=row["deleted_at"],
+        end_at=row["end_at"],
+        max_occurrences=row["max_occurrences"],
+        fires_counted=row["fires_counted"],
+        source=row["source"],
     )
 
 
@@ -99,6 +104,7 @@ def policy_columns(policy: SchedulePolicy) -> dict[str, Any]:
         "max_catch_up": policy.max_catch_up,
         "catch_up_window_seconds": window.total_seconds() if window is not None else None,
         "misfire_grace_ms": int(policy.misfire_grace.total_seconds() * 1000),
+        "jitter_ms": int(policy.jitter / timedelta(milliseconds=1)),
     }
 
 
@@ -129,6 +135,9 @@ class SqlSchedules:
                 created_by=new.created_by,
                 cursor=new.cursor,
                 next_fire_at=new.next_fire_at,
+                end_at=new.end_at,
+                max_occurrences=new.max_occurrences,
+                source=new.source,
                 created_at=now,
                 updated_at=now,
             )
@@ -174,14 +183,23 @@ class SqlSchedules:
         query = sa.select(sa.func.count()).where(_c.tenant == tenant, _c.deleted_at.is_(None))
         return int(self._conn.execute(query).scalar_one())
 
-    def find(self, tenant: str, after_seq: int, limit: int) -> list[tuple[int, Schedule]]:
-        query = (
-            _with_status()
-            .where(_c.tenant == tenant, _c.seq > after_seq, _c.deleted_at.is_(None))
-            .order_by(_c.seq)
-            .limit(limit)
+    def find(
+        self, tenant: str, after_seq: int, limit: int, source: str | None = None
+    ) -> list[tuple[int, Schedule]]:
+        query = _with_status().where(
+            _c.tenant == tenant, _c.seq > after_seq, _c.deleted_at.is_(None)
         )
+        if source is not None:
+            query = query.where(_c.source == source)
+        query = query.order_by(_c.seq).limit(limit)
         return [(r["seq"], schedule_from_row(r)) for r in self._conn.execute(query).mappings()]
+
+    def by_name(self, tenant: str, name: str, *, lock: bool = False) -> Schedule | None:
+        query = _with_status().where(_c.tenant == tenant, _c.name == name, _c.deleted_at.is_(None))
+        if lock:
+            query = for_update(query, self._conn, of=t.schedules)
+        row = self._conn.execute(query).mappings().first()
+        return schedule_from_row(row) if row else None
 
     def by_creator(self, tenant: str, subject: str) -> list[Schedule]:
         query = _with_status().where(
@@ -271,34 +289,36 @@ class SqlSchedules:
 
     def move_cursors(self, moves: Sequence[CursorMove]) -> set[str]:
         """Moves with a ``planned_version`` apply only while the schedule is still at it,
-        so a plan never overwrites an edit; returns the ids of the schedules moved."""
-        planned = [m for m in moves if m.planned_version is not None]
-        unconditional = [m for m in moves if m.planned_version is None]
-        moved = update_many(
-            self._conn,
-            t.schedules,
-            [
-                {
-                    "id": m.schedule_id,
-                    "version": m.planned_version,
-                    "cursor": m.cursor,
-                    "next_fire_at": m.next_fire_at,
-                }
-                for m in planned
-            ],
-            match=["id", "version"],
-            columns=["cursor", "next_fire_at"],
-        )
-        moved |= update_many(
-            self._conn,
-            t.schedules,
-            [
-                {"id": m.schedule_id, "cursor": m.cursor, "next_fire_at": m.next_fire_at}
-                for m in unconditional
-            ],
-            match=["id"],
-            columns=["cursor", "next_fire_at"],
-        )
+        so a plan never overwrites an edit; returns the ids of the schedules moved. A move
+        with ``fires_counted`` also sets the count (the caller holds the schedule)."""
+        moved: set[str] = set()
+        for planned in (True, False):
+            for counted in (True, False):
+                group = [
+                    m
+                    for m in moves
+                    if (m.planned_version is not None) is planned
+                    and (m.fires_counted is not None) is counted
+                ]
+                match = ["id", "version"] if planned else ["id"]
+                columns = ["cursor", "next_fire_at", *(["fires_counted"] if counted else [])]
+                rows = [
+                    {
+                        "id": m.schedule_id,
+                        "version": m.planned_version,
+                        "cursor": m.cursor,
+                        "next_fire_at": m.next_fire_at,
+                        "fires_counted": m.fires_counted,
+                    }
+                    for m in group
+                ]
+                moved |= update_many(
+                    self._conn,
+                    t.schedules,
+                    [{k: row[k] for k in [*match, *columns]} for row in rows],
+                    match=match,
+                    columns=columns,
+                )
         return moved
 
     def note_ended(self, ended: Sequence[EndedStatus]) -> None:

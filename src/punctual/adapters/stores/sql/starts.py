@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 from collections.abc import Sequence
+from dataclasses import replace
 from datetime import datetime
 from typing import Any
 
@@ -19,10 +20,12 @@ from punctual.adapters.stores.sql.dialects import (
     store_now,
     update_many,
 )
+from punctual.adapters.stores.sql.keys import key_usage
 from punctual.adapters.stores.sql.listener import DUE_CHANNEL
 from punctual.adapters.stores.sql.pending_counts import pending_by_class
 from punctual.adapters.stores.sql.rows import last_error_to_json, start_from_row
 from punctual.adapters.stores.sql.start_inserts import insert_starts
+from punctual.domain.schedules import OccurrenceOrigin
 from punctual.domain.starts import LastError, ScheduledStart, StartState
 from punctual.domain.timeutil import to_rfc3339
 from punctual.ports.records import (
@@ -33,6 +36,7 @@ from punctual.ports.records import (
     NewOccurrence,
     NewStart,
     StartFilter,
+    StoredOccurrence,
 )
 
 _s = t.starts.c
@@ -57,14 +61,30 @@ def _held(conn: sa.Connection, now: datetime) -> list[sa.ColumnElement[bool]]:
 
 
 def _origin(row: RowMapping) -> dict[str, Any]:
+    """The origin a run carries (CR-1); a triggered or backfilled occurrence's run says so."""
     if row["schedule_id"] is None:
         return {"source": "scheduled_start", "id": row["id"]}
-    return {
+    origin = {
         "source": "schedule",
         "id": row["id"],
         "schedule_id": row["schedule_id"],
         "occurrence_at": to_rfc3339(row["occurrence_at"]),
     }
+    if row["origin"] not in (None, OccurrenceOrigin.SCHEDULE.value):
+        origin["occurrence_origin"] = row["origin"]
+    return origin
+
+
+def _occurrence_from_row(row: RowMapping) -> ScheduledStart:
+    return replace(start_from_row(row), origin=_origin(row))
+
+
+_QUEUED_BACKFILL = sa.and_(
+    _s.state == StartState.BUFFERED.value,
+    _s.origin == OccurrenceOrigin.BACKFILL.value,
+    _s.overlap.is_(None),
+)
+"""Backfilled occurrences waiting their turn: they dispatch one after another (RS-9b)."""
 
 
 class SqlStarts:
@@ -89,7 +109,8 @@ class SqlStarts:
                 "tenant": o.tenant,
                 "workflow": o.workflow,
                 "business_request_id": o.business_request_id,
-                "start_at": o.occurrence_at,
+                # What ``scheduled_at`` shows: jitter and a catch-up's lateness included.
+                "start_at": o.due_at,
                 "workload_class": o.workload_class,
                 "attributes": {},
                 "input": o.input.ciphertext,
@@ -110,10 +131,32 @@ class SqlStarts:
                 "revision": o.revision,
                 "range_last": o.range_last,
                 "range_count": o.range_count,
+                "origin": o.origin,
+                "overlap": o.overlap,
+                "rerun": o.rerun,
             }
             for o in occurrences
         ]
-        return insert_ignore(self._conn, t.starts, rows, ["schedule_id", "occurrence_at"])
+        return insert_ignore(self._conn, t.starts, rows, ["schedule_id", "occurrence_at", "rerun"])
+
+    def occurrences_between(
+        self, schedule_id: str, after: datetime, until: datetime
+    ) -> list[StoredOccurrence]:
+        """Every row of the schedule with ``occurrence_at`` in ``(after, until]``, history
+        included, in instant order."""
+        query = (
+            sa.select(t.starts)
+            .where(
+                _s.schedule_id == schedule_id,
+                _s.occurrence_at > after,
+                _s.occurrence_at <= until,
+            )
+            .order_by(_s.occurrence_at, _s.rerun)
+        )
+        return [
+            StoredOccurrence(_occurrence_from_row(row), row["rerun"])
+            for row in self._conn.execute(query).mappings()
+        ]
 
     def get_occurrence(
         self, tenant: str, schedule_id: str, occurrence_id: str, *, lock: bool = False
@@ -124,7 +167,7 @@ class SqlStarts:
         if lock:
             query = for_update(query, self._conn)
         row = self._conn.execute(query).mappings().first()
-        return start_from_row(row) if row else None
+        return _occurrence_from_row(row) if row else None
 
     def find_occurrences(
         self, schedule_id: str, state: str | None, after_seq: int, limit: int
@@ -133,7 +176,7 @@ class SqlStarts:
         if state:
             query = query.where(_s.state == state)
         query = query.order_by(_s.seq).limit(limit)
-        return [(r["seq"], start_from_row(r)) for r in self._conn.execute(query).mappings()]
+        return [(r["seq"], _occurrence_from_row(r)) for r in self._conn.execute(query).mappings()]
 
     def cancel_unstarted(self, schedule_id: str, reason: str, now: datetime) -> int:
         """Cancel a schedule's occurrences that have not been claimed (delete, RS-5b)."""
@@ -152,13 +195,19 @@ class SqlStarts:
         ).rowcount
 
     def buffered_of(self, schedule_id: str) -> int:
+        """The ``buffer_one`` occurrence waiting, if any (queued backfills are not it)."""
         query = sa.select(sa.func.count()).where(
-            _s.schedule_id == schedule_id, _s.state == StartState.BUFFERED.value
+            _s.schedule_id == schedule_id,
+            _s.state == StartState.BUFFERED.value,
+            ~_QUEUED_BACKFILL,
         )
         return int(self._conn.execute(query).scalar_one())
 
     def release_buffered(self, now: datetime) -> int:
-        """Buffered occurrences whose schedule has no unfinished run any more become due now."""
+        """Buffered occurrences whose schedule has no unfinished run any more become due now.
+
+        Queued backfilled occurrences go one at a time: the earliest of a schedule, once
+        it has no unfinished run and nothing else due or being dispatched."""
         active = (
             sa.select(t.runs.c.id)
             .where(
@@ -167,9 +216,65 @@ class SqlStarts:
             )
             .exists()
         )
+        released = self._conn.execute(
+            sa.update(t.starts)
+            .where(_s.state == StartState.BUFFERED.value, ~_QUEUED_BACKFILL, ~active)
+            .values(
+                state=StartState.SCHEDULED.value,
+                due_at=now,
+                version=_s.version + 1,
+                updated_at=now,
+            )
+        ).rowcount
+        return released + self._release_queued_backfills(now)
+
+    def _release_queued_backfills(self, now: datetime) -> int:
+        heads = self._conn.execute(
+            sa.select(_s.schedule_id, sa.func.min(_s.occurrence_at))
+            .where(_QUEUED_BACKFILL)
+            .group_by(_s.schedule_id)
+        ).all()
+        if not heads:
+            return 0
+        runs = t.runs.c
+        busy = set(
+            self._conn.execute(
+                sa.select(runs.schedule_id).where(
+                    runs.schedule_id.in_([sid for sid, _ in heads]),
+                    runs.state.in_(["pending", "running"]),
+                )
+            ).scalars()
+        )
+        busy |= set(
+            self._conn.execute(
+                sa.select(_s.schedule_id).where(
+                    _s.schedule_id.in_([sid for sid, _ in heads]),
+                    sa.or_(
+                        _s.state == StartState.DISPATCHING.value,
+                        sa.and_(_s.state == StartState.SCHEDULED.value, _s.due_at <= now),
+                    ),
+                )
+            ).scalars()
+        )
+        ids = []
+        for schedule_id, occurrence_at in sorted((s, a) for s, a in heads if s not in busy):
+            head = self._conn.execute(
+                sa.select(_s.id)
+                .where(
+                    _QUEUED_BACKFILL,
+                    _s.schedule_id == schedule_id,
+                    _s.occurrence_at == occurrence_at,
+                )
+                .order_by(_s.rerun)
+                .limit(1)
+            ).scalar_one_or_none()
+            if head is not None:
+                ids.append(head)
+        if not ids:
+            return 0
         return self._conn.execute(
             sa.update(t.starts)
-            .where(_s.state == StartState.BUFFERED.value, ~active)
+            .where(_s.id.in_(ids), _QUEUED_BACKFILL)
             .values(
                 state=StartState.SCHEDULED.value,
                 due_at=now,
@@ -235,9 +340,17 @@ class SqlStarts:
         return [(r["seq"], start_from_row(r)) for r in self._conn.execute(query).mappings()]
 
     def count_pending(self, tenant: str, workload_class: str | None = None) -> int:
-        """Pending one-off starts; occurrences count against ``max_schedules`` instead (QA-1)."""
+        """Pending one-off starts and unstarted backfilled occurrences (RS-9b); the spec's
+        own and triggered occurrences count against ``max_schedules`` instead (QA-1)."""
         query = sa.select(sa.func.count()).where(
-            _s.tenant == tenant, _s.state.in_(_PENDING), _s.schedule_id.is_(None)
+            _s.tenant == tenant,
+            sa.or_(
+                sa.and_(_s.state.in_(_PENDING), _s.schedule_id.is_(None)),
+                sa.and_(
+                    _s.origin == OccurrenceOrigin.BACKFILL.value,
+                    _s.state.in_([*_PENDING, StartState.BUFFERED.value]),
+                ),
+            ),
         )
         if workload_class is not None:
             query = query.where(_s.workload_class == workload_class)
@@ -427,6 +540,8 @@ class SqlStarts:
                 _s.occurrence_at,
                 _s.due_at,
                 _s.claim_seq,
+                _s.origin,
+                _s.overlap,
             )
         )
         return [
@@ -447,28 +562,16 @@ class SqlStarts:
                 occurrence_at=r["occurrence_at"],
                 claimed_by=runner_id,
                 claim_seq=r["claim_seq"],
+                occurrence_origin=r["origin"],
+                overlap=r["overlap"],
             )
             for r in sorted(claimed.mappings(), key=lambda r: (r["due_at"], r["id"]))
         ]
 
     def key_usage(self) -> dict[str, dict[str, int]]:
-        """Which codec keys pending work still needs: key id -> {kind: count}."""
-        usage: dict[str, dict[str, int]] = {}
-        queries = {
-            "pending starts and occurrences": sa.select(_s.input_key_id, sa.func.count())
-            .where(_s.state.in_([*_PENDING, StartState.BUFFERED.value]))
-            .group_by(_s.input_key_id),
-            "unfinished runs": sa.select(t.runs.c.input_key_id, sa.func.count())
-            .where(t.runs.c.state.in_(["pending", "running"]))
-            .group_by(t.runs.c.input_key_id),
-            "schedules": sa.select(t.schedules.c.input_key_id, sa.func.count())
-            .where(t.schedules.c.deleted_at.is_(None))
-            .group_by(t.schedules.c.input_key_id),
-        }
-        for kind, query in queries.items():
-            for key_id, count in self._conn.execute(query):
-                usage.setdefault(key_id, {})[kind] = int(count)
-        return usage
+        """Which codec keys stored values still need: key id -> {kind: count}, over every
+        table that holds sealed values (webhook URLs and secrets included)."""
+        return key_usage(self._conn)
 
     def count_due(self, now: datetime) -> int:
         """Starts and occurrences due and waiting for dispatch (the backlog gauge)."""

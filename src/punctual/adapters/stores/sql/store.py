@@ -2,21 +2,28 @@
 
 from __future__ import annotations
 
-from collections.abc import Iterator
+from collections.abc import Iterator, Sequence
 from contextlib import contextmanager
 from dataclasses import dataclass
 
 import sqlalchemy as sa
 from sqlalchemy.engine import Engine
 
+from punctual.adapters.stores.sql import dialects
+from punctual.adapters.stores.sql.audit import SqlAudit
 from punctual.adapters.stores.sql.definitions import SqlDefinitions
 from punctual.adapters.stores.sql.dialects import create_engine, is_lock_timeout, set_lock_timeout
 from punctual.adapters.stores.sql.findings import SqlFindings
 from punctual.adapters.stores.sql.followthrough import SqlFollowThrough
+from punctual.adapters.stores.sql.holds import SqlHolds
 from punctual.adapters.stores.sql.idempotency import SqlIdempotency
 from punctual.adapters.stores.sql.identity import SqlIdentity
+from punctual.adapters.stores.sql.keys import SqlKeys
+from punctual.adapters.stores.sql.ledger import SqlRunLedgerStore
 from punctual.adapters.stores.sql.notifications import SqlNotifications
+from punctual.adapters.stores.sql.retention import SqlRetention
 from punctual.adapters.stores.sql.runs import SqlRuns
+from punctual.adapters.stores.sql.schedule_sync import SqlScheduleSync
 from punctual.adapters.stores.sql.schedules import SqlSchedules
 from punctual.adapters.stores.sql.starts import SqlStarts
 from punctual.adapters.stores.sql.webhooks import SqlWebhooks
@@ -28,31 +35,43 @@ class SqlTx:
     """One open transaction and the repositories that work inside it."""
 
     conn: sa.Connection
+    keys: SqlKeys
     identity: SqlIdentity
     definitions: SqlDefinitions
     idempotency: SqlIdempotency
     starts: SqlStarts
     runs: SqlRuns
+    run_ledger: SqlRunLedgerStore
     findings: SqlFindings
     schedules: SqlSchedules
     follow_through: SqlFollowThrough
     notifications: SqlNotifications
     webhooks: SqlWebhooks
+    retention: SqlRetention
+    holds: SqlHolds
+    audit: SqlAudit
+    schedule_sync: SqlScheduleSync
 
     @classmethod
     def on(cls, conn: sa.Connection) -> SqlTx:
         return cls(
             conn=conn,
+            keys=SqlKeys(conn),
             identity=SqlIdentity(conn),
             definitions=SqlDefinitions(conn),
             idempotency=SqlIdempotency(conn),
             starts=SqlStarts(conn),
             runs=SqlRuns(conn),
+            run_ledger=SqlRunLedgerStore(conn),
             findings=SqlFindings(conn),
             schedules=SqlSchedules(conn),
             follow_through=SqlFollowThrough(conn),
             notifications=SqlNotifications(conn),
             webhooks=SqlWebhooks(conn),
+            retention=SqlRetention(conn),
+            holds=SqlHolds(conn),
+            audit=SqlAudit(conn),
+            schedule_sync=SqlScheduleSync(conn),
         )
 
 
@@ -113,6 +132,10 @@ class SqlStore:
             if not conn.invalidated:  # .info on an invalidated connection reconnects
                 conn.info.pop("readonly", None)
             conn.close()
+
+    def reclaim_space(self, tables: Sequence[str]) -> None:
+        """Vacuum what a retention sweep deleted from (PostgreSQL; nothing on SQLite)."""
+        dialects.reclaim_space(self.engine, tables)
 
     def dispose(self) -> None:
         self.engine.dispose()

@@ -173,7 +173,9 @@ idempotency_keys = sa.Table(
     sa.Column("resource_id", sa.String(40)),
     sa.Column("created_at", UTCDateTime, nullable=False),
     sa.Column("decided_at", UTCDateTime),
-    sa.Index(None, "decided_at"),
+    # Per tenant, for the retention sweep (each tenant has its own window); keys still in
+    # flight have no decided_at, and abandoned ones are found through it too (IS NULL).
+    sa.Index(None, "tenant", "decided_at"),
 )
 
 starts = sa.Table(
@@ -218,7 +220,14 @@ starts = sa.Table(
     sa.Column("revision", sa.Integer),
     sa.Column("range_last", UTCDateTime),
     sa.Column("range_count", sa.Integer),
-    sa.UniqueConstraint("schedule_id", "occurrence_at"),
+    # Why an occurrence exists (schedule | trigger | backfill) and the overlap policy its
+    # request named (null: the schedule's). Backfilled occurrences count as pending starts.
+    sa.Column("origin", sa.String(16)),
+    sa.Column("overlap", sa.String(16)),
+    # 0 for the first row of an instant; a backfill that generates a skipped or failed
+    # instant again takes the next number, and the old rows stay as history (RS-9b).
+    sa.Column("rerun", sa.Integer, nullable=False, server_default=sa.text("0")),
+    sa.UniqueConstraint("schedule_id", "occurrence_at", "rerun"),
     # The claim query's index: only pending rows, so a million finished starts cost nothing.
     sa.Index(
         "ix_starts_due",
@@ -350,6 +359,13 @@ schedules = sa.Table(
     sa.Column("created_at", UTCDateTime, nullable=False),
     sa.Column("updated_at", UTCDateTime, nullable=False),
     sa.Column("deleted_at", UTCDateTime),
+    # RS-9c/d/e: the end, the count of the spec's fires decided so far (bookkeeping of the
+    # generation pass, like the cursor), jitter, and the file it was last applied from.
+    sa.Column("end_at", UTCDateTime),
+    sa.Column("max_occurrences", sa.BigInteger),
+    sa.Column("fires_counted", sa.BigInteger, nullable=False, server_default=sa.text("0")),
+    sa.Column("jitter_ms", sa.BigInteger, nullable=False, server_default=sa.text("0")),
+    sa.Column("source", sa.String(200)),
     # A name is unique among a tenant's live schedules (deleted ones keep their history).
     sa.Index(
         "uq_schedules_live_name",
@@ -512,3 +528,170 @@ webhook_deliveries = sa.Table(
     sa.Index(None, "webhook_id", "seq"),
     sa.Index(None, "tenant", "status"),
 )
+
+# --- codec keys (RT-2) ---------------------------------------------------------------------------
+
+# The active codec key id, once ``punctual keys activate`` recorded one: at most one row
+# (``id`` = 1). No row means none was recorded yet and each process seals with its ring's.
+codec_state = sa.Table(
+    "codec_state",
+    metadata,
+    sa.Column("id", sa.SmallInteger, primary_key=True, autoincrement=False),
+    sa.Column("active_key_id", sa.String(64), nullable=False),
+    sa.Column("activated_at", UTCDateTime, nullable=False),
+)
+
+# Every running punctual process (API, runner, worker, a command) and the codec keys it
+# holds, refreshed by its heartbeat on the store's clock: activation asks the live ones.
+processes = sa.Table(
+    "processes",
+    metadata,
+    sa.Column("id", sa.String(40), primary_key=True),
+    sa.Column("host", sa.String(200), nullable=False),
+    sa.Column("pid", sa.Integer, nullable=False),
+    sa.Column("components", JSONType, nullable=False),
+    sa.Column("key_ids", JSONType, nullable=False),
+    sa.Column("active_key_id", sa.String(64)),
+    sa.Column("started_at", UTCDateTime, nullable=False),
+    sa.Column("heartbeat_at", UTCDateTime, nullable=False),
+    sa.Column("stopped_at", UTCDateTime),
+)
+
+# --- retention, holds and the audit log (RT-1, CR-8) ---------------------------------------------
+
+# A hold keeps what it covers from every sweep while ``released_at`` is null; released
+# ones are kept one retention window, then swept like any terminal record.
+holds = sa.Table(
+    "holds",
+    metadata,
+    _seq(),
+    sa.Column("id", sa.String(40), nullable=False, unique=True),
+    sa.Column("tenant", sa.String(64), nullable=False),
+    sa.Column("subject_kind", sa.String(16), nullable=False),
+    sa.Column("subject_id", sa.String(200), nullable=False),
+    sa.Column("reason", sa.String(1000), nullable=False),
+    sa.Column("created_by", sa.String(200), nullable=False),
+    sa.Column("created_at", UTCDateTime, nullable=False),
+    sa.Column("released_at", UTCDateTime),
+    sa.Column("released_by", sa.String(200)),
+    sa.Column("placed_by_host", sa.Boolean, nullable=False),
+    sa.Index(None, "tenant", "seq"),
+    # Every sweep statement asks "is this row's subject held?" per candidate row.
+    sa.Index(
+        "ix_holds_active",
+        "tenant",
+        "subject_id",
+        postgresql_where=sa.text("released_at IS NULL"),
+        sqlite_where=sa.text("released_at IS NULL"),
+    ),
+)
+
+# One row per decided user mutation (CR-8), written in the mutation's transaction. No
+# body, no input: who (actor, token), what (action, method, path, subject), the status.
+audit_log = sa.Table(
+    "audit_log",
+    metadata,
+    _seq(),
+    sa.Column("id", sa.String(40), nullable=False),
+    sa.Column("tenant", sa.String(64), nullable=False),
+    sa.Column("at", UTCDateTime, nullable=False),
+    sa.Column("actor", sa.String(200), nullable=False),
+    sa.Column("token_id", sa.String(40)),
+    sa.Column("action", sa.String(100), nullable=False),
+    sa.Column("method", sa.String(10), nullable=False),
+    sa.Column("path", sa.Text, nullable=False),
+    sa.Column("subject_kind", sa.String(32)),
+    sa.Column("subject_id", sa.String(200)),
+    sa.Column("status", sa.Integer, nullable=False),
+    sa.Index(None, "tenant", "seq"),
+    sa.Index(None, "tenant", "subject_id", "seq"),
+    sa.Index(None, "tenant", "actor", "seq"),
+    sa.Index(None, "tenant", "at"),
+)
+
+TERMINAL_STARTS = "state IN ('failed', 'canceled', 'skipped')"
+ENDED_DELIVERIES = "status IN ('delivered', 'failed')"
+"""Predicates of the sweep's partial indexes (the sweep repeats them term by term)."""
+
+# The sweep's indexes: each holds only terminal rows, by the time they became terminal
+# and per tenant (each tenant has its own window), so a batch reads the rows it removes
+# and nothing else, however many live or recent rows a table holds. Rows enter them when
+# they end, never on the insert path of a create.
+sa.Index(
+    "ix_starts_terminal",
+    starts.c.tenant,
+    starts.c.updated_at,
+    postgresql_where=sa.text(TERMINAL_STARTS),
+    sqlite_where=sa.text(TERMINAL_STARTS),
+)
+sa.Index(
+    "ix_runs_ended",
+    runs.c.tenant,
+    runs.c.ended_at,
+    postgresql_where=sa.text("ended_at IS NOT NULL"),
+    sqlite_where=sa.text("ended_at IS NOT NULL"),
+)
+sa.Index(
+    "ix_findings_acknowledged",
+    findings.c.tenant,
+    findings.c.acknowledged_at,
+    postgresql_where=sa.text("acknowledged_at IS NOT NULL"),
+    sqlite_where=sa.text("acknowledged_at IS NOT NULL"),
+)
+sa.Index(
+    "ix_notifications_read",
+    notifications.c.tenant,
+    notifications.c.read_at,
+    postgresql_where=sa.text("read_at IS NOT NULL"),
+    sqlite_where=sa.text("read_at IS NOT NULL"),
+)
+sa.Index(
+    "ix_notifications_unread_age",
+    notifications.c.tenant,
+    notifications.c.created_at,
+    postgresql_where=sa.text("read_at IS NULL"),
+    sqlite_where=sa.text("read_at IS NULL"),
+)
+sa.Index(
+    "ix_webhook_deliveries_ended",
+    webhook_deliveries.c.tenant,
+    webhook_deliveries.c.updated_at,
+    postgresql_where=sa.text(ENDED_DELIVERIES),
+    sqlite_where=sa.text(ENDED_DELIVERIES),
+)
+sa.Index(
+    "ix_schedules_deleted",
+    schedules.c.tenant,
+    schedules.c.deleted_at,
+    postgresql_where=sa.text("deleted_at IS NOT NULL"),
+    sqlite_where=sa.text("deleted_at IS NOT NULL"),
+)
+sa.Index(
+    "ix_tokens_revoked",
+    tokens.c.tenant,
+    tokens.c.revoked_at,
+    postgresql_where=sa.text("revoked_at IS NOT NULL"),
+    sqlite_where=sa.text("revoked_at IS NOT NULL"),
+)
+
+# The Temporal Schedules driver (CR-6): this store's installation id (the mark punctual
+# puts on the Temporal Schedules it owns) and, per schedule, how its Temporal copy stands.
+driver_installation = sa.Table(
+    "driver_installation",
+    metadata,
+    sa.Column("id", sa.SmallInteger, primary_key=True, autoincrement=False),
+    sa.Column("installation_id", sa.String(64), nullable=False),
+    sa.Column("created_at", UTCDateTime, nullable=False),
+)
+
+schedule_sync = sa.Table(
+    "schedule_sync",
+    metadata,
+    sa.Column("schedule_id", sa.String(40), primary_key=True),
+    sa.Column("state", sa.String(16), nullable=False),
+    sa.Column("checked_at", UTCDateTime, nullable=False),
+    # Temporal's next fire times, as ISO 8601 UTC strings (reads never call Temporal).
+    sa.Column("next_fire_times", JSONType, nullable=False),
+    sa.Column("digest", sa.String(64)),
+)
+sa.Index("ix_schedule_sync_state", schedule_sync.c.state, schedule_sync.c.checked_at)
