@@ -8,12 +8,14 @@ from __future__ import annotations
 
 from collections.abc import Iterator
 from datetime import UTC, datetime, timedelta
+from pathlib import Path
 from typing import Any
 
 import pytest
 
 from punctual import bootstrap
 from punctual.domain.permissions import Role
+from tests.conftest import make_settings
 from tests.integration.test_worker_runs import finished, run_id_of, wait_for
 from tests.support.api import Api, in_process, member_api
 
@@ -22,8 +24,14 @@ TRACEPARENT = "00-4bf92f3577b34da6a3ce929d0e0e4736-00f067aa0ba902b7-01"
 
 
 @pytest.fixture
-def api(settings_for_worker: Any) -> Iterator[Api]:
-    system = bootstrap.build(settings_for_worker)
+def api(database_url: str, tmp_path: Path) -> Iterator[Api]:
+    settings = make_settings(
+        database_url,
+        tmp_path,
+        worker={"heartbeat_seconds": 0.5, "liveness_seconds": 10},
+        runner={"lease_seconds": 2, "max_idle_seconds": 0.2},
+    )
+    system = bootstrap.build(settings)
     try:
         system.start_worker(APP_REF, slots=1)
         system.start_runner()
