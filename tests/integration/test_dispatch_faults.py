@@ -449,7 +449,7 @@ def test_an_error_deciding_one_overlap_policy_occurrence_leaves_the_others(
         )
     assert generate(system.services, 10).generated >= 3  # ahead of their time
     time.sleep(0.5)  # the first of each is due
-    real = dispatch.overlap_decision
+    real = dispatch.occurrence_overlap_decision
     calls = {"n": 0}
 
     def first_one_raises(*args: Any, **kwargs: Any) -> Any:
@@ -458,6 +458,6 @@ def test_an_error_deciding_one_overlap_policy_occurrence_leaves_the_others(
             raise RuntimeError("a bug deciding one occurrence")
         return real(*args, **kwargs)
 
-    monkeypatch.setattr(dispatch, "overlap_decision", first_one_raises)
+    monkeypatch.setattr(dispatch, "occurrence_overlap_decision", first_one_raises)
     report = dispatch_due(system.services, "runner-overlap", 10)
     assert (report.claimed, len(report.dispatched)) == (3, 2), report

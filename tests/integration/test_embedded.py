@@ -48,7 +48,7 @@ def test_background_runner_and_worker_run_a_start(database_url: str, tmp_path: P
         start = scheduler.schedule_at(
             "score",
             {"score": 0.5},
-            datetime.now(UTC) - timedelta(seconds=2),
+            datetime.now(UTC),
             business_request_id="score-1",
         )
         deadline = time.monotonic() + 20

@@ -418,9 +418,12 @@ class LocalWorker:
             self._outcome_ready.wait()
             self._outcome_ready.clear()
             stopping = self._stop_recording.is_set()
-            self._record_starts()
+            # The outcomes first, then the starts: a body's start is reported before its
+            # outcome, so every run of this batch has its started_at written before its end
+            # (an ended run's started_at is never written afterwards).
             with self._lock:
                 batch = list(self._outcomes)
+            self._record_starts()
             if batch and not self._record(batch):
                 if stopping:
                     log.warning("event=run_outcomes_unrecorded_at_stop runs=%d", len(batch))
