@@ -14,7 +14,7 @@ delivery ends ``delivered``.
 
 The restarted process sends the killed delivery again only once its lease has run out: the
 deliverer leases a pass for the host's ``[runner] lease_seconds`` plus 10 s for every eight
-deliveries of a full batch (32: 40 s), so this test spends about 45 s waiting for it.
+deliveries of a full batch (a batch is eight: 10 s), so this test waits about 12 s for it.
 """
 
 from __future__ import annotations
@@ -58,7 +58,7 @@ HANG = None
 HANG_LIMIT_SECONDS = 60.0
 READY_SECONDS = 40.0
 LEASE_OUT_SECONDS = 70.0
-"""The killed delivery's lease (about 42 s from its claim) plus its send, with slack."""
+"""The killed delivery's lease (about 12 s from its claim) plus its send, with slack."""
 
 Action = int | None
 

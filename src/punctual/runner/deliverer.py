@@ -14,7 +14,7 @@ import threading
 
 from punctual.errors import Unavailable
 from punctual.usecases.context import Services
-from punctual.usecases.delivery import deliver_due
+from punctual.usecases.delivery import SEND_CONCURRENCY, deliver_due
 
 log = logging.getLogger("punctual.deliverer")
 
@@ -23,7 +23,11 @@ _MAX_OUTAGE_BACKOFF = 10.0
 
 class Deliverer:
     def __init__(
-        self, services: Services, *, batch_size: int = 32, max_idle_seconds: float = 1.0
+        self,
+        services: Services,
+        *,
+        batch_size: int = SEND_CONCURRENCY,
+        max_idle_seconds: float = 1.0,
     ) -> None:
         self._services = services
         self._batch_size = batch_size
