@@ -93,7 +93,12 @@ class Rig:
         return self.run(schedule_controls.trigger(self.services, principal, command), who, key)
 
     def backfill(
-        self, sid: str, start: datetime, end: datetime, who: Scheduler | None = None, **options: Any
+        self,
+        sid: str,
+        start: datetime | str,
+        end: datetime | str,
+        who: Scheduler | None = None,
+        **options: Any,
     ) -> dict[str, Any]:
         principal = (who or self.alice).principal
         command = schedule_controls.BackfillSchedule(sid, start, end, **options)
@@ -443,7 +448,7 @@ def test_backfill_refuses_bad_ranges_and_too_many_fires(rig: Rig) -> None:
             rig.backfill(sid, start, end)
         assert refused.value.code == "backfill_range_invalid"
     with pytest.raises(InvalidRequest) as naive:
-        rig.backfill(sid, "2026-11-01T00:00:00", to_rfc3339(t0))  # type: ignore[arg-type]
+        rig.backfill(sid, "2026-11-01T00:00:00", to_rfc3339(t0))
     assert naive.value.code == "backfill_range_invalid"
     with pytest.raises(InvalidRequest) as large:
         rig.backfill(sid, t0 - 1001 * MINUTE, t0)

@@ -245,13 +245,14 @@ def test_temporal_down_during_delete_keeps_the_record(
 ) -> None:
     created = create(api, named(f"kept-{uuid.uuid4().hex[:6]}"))
     working = system.services.driver
-    system.services.driver = TemporalSchedulesDriver(
+    unreachable = TemporalSchedulesDriver(
         "127.0.0.1:1", NAMESPACE, driver_of(system).installation_id, rpc_timeout_seconds=1
     )
+    system.services.driver = unreachable
     try:
         refused = api.delete(f"/schedules/{created['id']}", version=created["version"])
     finally:
-        system.services.driver.close()  # type: ignore[attr-defined]
+        unreachable.close()
         system.services.driver = working
     assert refused.status_code == 503, refused.text
     assert api.get(f"/schedules/{created['id']}").status_code == 200
