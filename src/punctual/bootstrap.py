@@ -32,7 +32,7 @@ from punctual.adapters.stores.sql.listener import DUE_CHANNEL, RUNS_CHANNEL, PgL
 from punctual.adapters.stores.sql.retention import tables_swept
 from punctual.adapters.stores.sql.store import SqlStore, SqlTx
 from punctual.adapters.webhooks import HttpWebhookSender, default_allowed_cidrs
-from punctual.errors import ConfigurationError
+from punctual.errors import ConfigurationError, Unavailable
 from punctual.ports.clock import Clock
 from punctual.ports.engine import Engine
 from punctual.ports.quota import QuotaController
@@ -42,8 +42,8 @@ from punctual.runner.keys import KeyWatch
 from punctual.runner.loop import Runner, RunnerOptions
 from punctual.runner.sweeper import Sweeper
 from punctual.settings import Settings
+from punctual.usecases import driver_switch, schedule_driver
 from punctual.usecases import keys as codec_keys
-from punctual.usecases import schedule_driver
 from punctual.usecases.context import HostPolicy, Services, TenantPolicy, WorkloadClass
 from punctual.usecases.definitions import check_keys
 from punctual.usecases.doorbell import Doorbell
@@ -302,6 +302,8 @@ class Punctual:
             self.sync.start()
         if self.settings.driver == "temporal_schedules" and self.fire_worker is None:
             self._start_schedules_driver()
+        if self._left_schedules_driver():
+            self._leave_schedules_driver()
         return self.runner
 
     def _start_schedules_driver(self) -> None:
@@ -316,6 +318,33 @@ class Punctual:
         self.fire_worker.start()
         self.reconciler = Reconciler(self.services, RECONCILE_SECONDS)
         self.reconciler.start()
+
+    def _left_schedules_driver(self) -> bool:
+        """Under sql on the Temporal engine, the store still holds the Temporal Schedules
+        driver's sync records (a plain sql installation never has any)."""
+        settings = self.settings
+        return (
+            settings.driver == "sql"
+            and settings.engine == "temporal"
+            and driver_switch.was_driven(self.services)
+        )
+
+    def _leave_schedules_driver(self) -> None:
+        """Back on the sql driver after temporal_schedules: the one-shot sweep that removes
+        this installation's Temporal Schedules (docs/temporal.md, "Switching drivers")."""
+        from punctual.adapters.drivers.temporal_schedules.driver import TemporalSchedulesDriver
+
+        former = TemporalSchedulesDriver(
+            self.settings.temporal.address,
+            self.settings.temporal.namespace,
+            schedule_driver.installation_id(self.services),
+        )
+        try:
+            driver_switch.switch_to_sql(self.services, former)
+        except Unavailable as exc:
+            log.warning("event=driver_switch_paused error=%s note=the next start retries", exc)
+        finally:
+            former.close()
 
     def start_worker(
         self, app_ref: str, task_queues: list[str] | None = None, slots: int | None = None

@@ -12,6 +12,7 @@ import asyncio
 import time
 import uuid
 from collections.abc import Callable, Iterator
+from contextlib import contextmanager
 from datetime import UTC, datetime, timedelta
 from pathlib import Path
 from typing import Any
@@ -29,11 +30,14 @@ from punctual import bootstrap
 from punctual.adapters.drivers.temporal_schedules.driver import TemporalSchedulesDriver
 from punctual.domain.recurrence import CronSpec, DstGap, DstOverlap, fires_between
 from punctual.domain.schedules import OverlapPolicy
+from punctual.errors import Unavailable
 from punctual.ports.driver import DriverSchedule
+from punctual.ports.engine import EngineUnavailable
 from punctual.usecases import schedule_driver
+from punctual.usecases.health import host_report
 from punctual.usecases.reconcile import reconcile
 from tests.api.test_starts_on_temporal import temporal_settings
-from tests.support.api import Api, in_process, member_api, register_demo
+from tests.support.api import Api, future, in_process, member_api, register_demo
 from tests.support.temporal import NAMESPACE, dev_server
 
 pytestmark = [pytest.mark.temporal, pytest.mark.postgres]
@@ -173,6 +177,18 @@ def test_refusals_name_the_field_and_the_driver(api: Api) -> None:
         "/schedules", named("berlin-4", spec={"cron": "30 4 * * *", "time_zone": "Europe/Berlin"})
     )
     assert outside.status_code == 201, outside.text
+    # Temporal counts intervals in whole seconds.
+    start = future()[:19] + ".5Z"
+    for name, spec, field in (
+        ("fractional-interval", {"interval_ms": 1500}, "spec.interval_ms"),
+        ("fractional-start", {"interval_ms": 2000, "starts_at": start}, "spec.starts_at"),
+    ):
+        refused = api.post("/schedules", named(name, spec=spec))
+        assert refused.status_code == 422, refused.text
+        assert refused.json()["error"]["code"] == "unsupported_by_driver"
+        assert refused.json()["error"]["details"]["field"] == field
+    whole = create(api, named(f"whole-{uuid.uuid4().hex[:6]}", spec={"interval_ms": 2000}))
+    assert datetime.fromisoformat(whole["spec"]["starts_at"]).microsecond == 0
 
 
 def test_fires_become_one_run_each_and_one_follow_through(
@@ -223,6 +239,81 @@ def test_a_retried_fire_never_starts_a_second_run(system: bootstrap.Punctual, ap
     assert [o["id"] for o in page] == [first.occurrence_id]
 
 
+def test_a_fire_activity_retried_after_its_run_was_created_starts_no_second_run(
+    system: bootstrap.Punctual, api: Api
+) -> None:
+    """The first attempt's answer is lost once the run exists (the activity fails after
+    the fire committed); Temporal retries the activity, which finds the same occurrence."""
+    attempts: list[str] = []
+
+    def lose_the_first_answer(point: str) -> None:
+        if point != "after_fire_recorded" or attempts:
+            return
+        attempts.append(point)
+        poll("the first fire's run", lambda: dispatched(api, created["id"]))
+        raise Unavailable("the answer of this attempt is lost")
+
+    system.services.crash_point = lose_the_first_answer
+    system.start_worker(APP_REF)
+    system.start_runner()
+    created = create(
+        api,
+        named(
+            f"retried-activity-{uuid.uuid4().hex[:6]}",
+            workflow="echo",
+            input={"message": "once"},
+            spec={"interval_ms": 600_000},  # one fire in this test: Temporal's first
+            regression=None,
+        ),
+    )
+    asyncio.run(_trigger_in_temporal(system, created["id"]))
+    first = poll("the first fire followed through", lambda: followed(api, created["id"]))
+    assert attempts == ["after_fire_recorded"]
+    assert asyncio.run(_fire_activity_attempts(system, created["id"])) == 2
+    # After the retried attempt: still the one occurrence and its one run.
+    occurrences = api.get(f"/schedules/{created['id']}/occurrences").json()["items"]
+    assert [o["id"] for o in occurrences] == [first["id"]]
+    runs = api.get("/runs", origin_id=first["id"]).json()["items"]
+    assert [(r["id"], r["state"]) for r in runs] == [(first["run_id"], "completed")]
+
+
+def dispatched(api: Api, schedule_id: str) -> bool:
+    page = api.get(f"/schedules/{schedule_id}/occurrences").json()["items"]
+    return any(o["state"] == "dispatched" for o in page)
+
+
+def followed(api: Api, schedule_id: str) -> dict[str, Any] | None:
+    page = api.get(f"/schedules/{schedule_id}/occurrences").json()["items"]
+    return next((o for o in page if o["follow_through"] is not None), None)
+
+
+async def _trigger_in_temporal(system: bootstrap.Punctual, schedule_id: str) -> None:
+    client = await Client.connect(system.settings.temporal.address, namespace=NAMESPACE)
+    await client.get_schedule_handle(schedule_id).trigger()
+
+
+async def _fire_activity_attempts(system: bootstrap.Punctual, schedule_id: str) -> int:
+    """The attempt number of the fire activity that completed, from the workflow history,
+    once the fire workflow has ended."""
+    client = await Client.connect(system.settings.temporal.address, namespace=NAMESPACE)
+    query = f'WorkflowType = "punctual.fire" AND WorkflowId STARTS_WITH "fire-{schedule_id}-"'
+    deadline = time.monotonic() + WAIT_SECONDS
+    found = [w async for w in client.list_workflows(query)]
+    while len(found) != 1 and time.monotonic() < deadline:  # visibility lags a little
+        await asyncio.sleep(0.2)
+        found = [w async for w in client.list_workflows(query)]
+    assert len(found) == 1, found
+    handle = client.get_workflow_handle(found[0].id)
+    await asyncio.wait_for(handle.result(), WAIT_SECONDS)  # the retry answered, it settled
+    history = await handle.fetch_history()
+    started = [
+        e.activity_task_started_event_attributes.attempt
+        for e in history.events
+        if e.HasField("activity_task_started_event_attributes")
+    ]
+    return started[0]
+
+
 def test_temporal_down_during_create_removes_the_record(pg_url: str, tmp_path: Path) -> None:
     # A Temporal address nothing listens on: every ensure fails.
     system = bootstrap.build(driver_settings(pg_url, tmp_path, "127.0.0.1:1"))
@@ -259,6 +350,30 @@ def test_temporal_down_during_delete_keeps_the_record(
     assert driver_of(system).describe_many([created["id"]])[created["id"]].present
 
 
+def test_temporal_down_during_an_update_marks_it_drifted_until_reconcile_heals_it(
+    system: bootstrap.Punctual, api: Api
+) -> None:
+    created = create(api, named(f"drifts-{uuid.uuid4().hex[:6]}"))
+    working = system.services.driver
+    unreachable = TemporalSchedulesDriver(
+        "127.0.0.1:1", NAMESPACE, driver_of(system).installation_id, rpc_timeout_seconds=1
+    )
+    system.services.driver = unreachable
+    try:
+        paused = api.post(f"/schedules/{created['id']}/pause", {"version": created["version"]})
+    finally:
+        unreachable.close()
+        system.services.driver = working
+    assert paused.status_code == 200, paused.text  # the store is the source of truth
+    assert paused.json()["sync"]["state"] == "drifted"
+    assert not driver_of(system).describe_many([created["id"]])[created["id"]].paused
+
+    report = reconcile(system.services)
+    assert report.ensured >= 1
+    assert driver_of(system).describe_many([created["id"]])[created["id"]].paused
+    assert api.get(f"/schedules/{created['id']}").json()["sync"]["state"] == "in_sync"
+
+
 def test_reconcile_heals_both_ways_and_leaves_unmarked_schedules_alone(
     system: bootstrap.Punctual, api: Api, temporal_address: str
 ) -> None:
@@ -289,6 +404,32 @@ def test_reconcile_heals_both_ways_and_leaves_unmarked_schedules_alone(
     assert api.get(f"/schedules/{created['id']}").json()["sync"]["state"] == "in_sync"
 
 
+def test_a_record_whose_id_an_unmarked_schedule_holds_is_orphaned_until_that_one_goes(
+    system: bootstrap.Punctual, api: Api, temporal_address: str
+) -> None:
+    created = create(api, named(f"taken-{uuid.uuid4().hex[:6]}"))
+    driver_of(system).remove(created["id"])
+    asyncio.run(_create_unmarked(temporal_address, created["id"]))
+
+    report = reconcile(system.services)
+    assert report.orphans >= 1
+    assert api.get(f"/schedules/{created['id']}").json()["sync"]["state"] == "orphaned"
+    assert orphan_findings(system, api, created["id"]) == ["orphaned_schedule"]
+    view = driver_of(system).describe_many([created["id"]])[created["id"]]
+    assert view.present and not view.marked  # never touched
+
+    asyncio.run(_delete(temporal_address, created["id"]))  # its owner removes it
+    reconcile(system.services)
+    assert api.get(f"/schedules/{created['id']}").json()["sync"]["state"] == "in_sync"
+    assert orphan_findings(system, api, created["id"]) == []
+    assert driver_of(system).describe_many([created["id"]])[created["id"]].marked
+
+
+async def _delete(address: str, schedule_id: str) -> None:
+    client = await Client.connect(address, namespace=NAMESPACE)
+    await client.get_schedule_handle(schedule_id).delete()
+
+
 async def _create_unmarked(address: str, schedule_id: str) -> None:
     client = await Client.connect(address, namespace=NAMESPACE)
     await client.create_schedule(
@@ -301,6 +442,138 @@ async def _create_unmarked(address: str, schedule_id: str) -> None:
             state=ScheduleState(paused=True),
         ),
     )
+
+
+class RollbackFailing:
+    """The real store, whose next transaction fails once it is armed: the store failing
+    the removal of a create that Temporal refused."""
+
+    def __init__(self, store: Any) -> None:
+        self._store = store
+        self.armed = False
+
+    def transaction(self, *args: Any, **kwargs: Any) -> Any:
+        if self.armed:
+            self.armed = False
+            raise Unavailable("the store did not answer")
+        return self._store.transaction(*args, **kwargs)
+
+    def __getattr__(self, name: str) -> Any:
+        return getattr(self._store, name)
+
+
+class ArmsOnRefusal:
+    """A driver on an address nothing listens on, arming the store when it refuses."""
+
+    def __init__(self, driver: TemporalSchedulesDriver, store: RollbackFailing) -> None:
+        self._driver = driver
+        self._store = store
+        self.name = driver.name
+
+    def ensure(self, schedule: DriverSchedule) -> list[datetime]:
+        try:
+            return self._driver.ensure(schedule)
+        except EngineUnavailable:
+            self._store.armed = True
+            raise
+
+    def __getattr__(self, name: str) -> Any:
+        return getattr(self._driver, name)
+
+
+@contextmanager
+def temporal_down_and_rollback_failing(system: bootstrap.Punctual) -> Iterator[None]:
+    working_store, working_driver = system.services.store, system.services.driver
+    unreachable = TemporalSchedulesDriver(
+        "127.0.0.1:1", NAMESPACE, driver_of(system).installation_id, rpc_timeout_seconds=1
+    )
+    failing = RollbackFailing(working_store)
+    system.services.store = failing  # the same store, armed
+    system.services.driver = ArmsOnRefusal(unreachable, failing)
+    try:
+        yield
+    finally:
+        system.services.store, system.services.driver = working_store, working_driver
+        unreachable.close()
+
+
+def orphan_findings(system: bootstrap.Punctual, api: Api, schedule_id: str) -> list[Any]:
+    tenant = [f for f in api.get("/health").json()["findings"] if f["subject_id"] == schedule_id]
+    host = [f for f in host_report(system.services)["orphans"] if f["subject_id"] == schedule_id]
+    assert [f["id"] for f in tenant] == [f["id"] for f in host]
+    return [f["kind"] for f in tenant]
+
+
+def test_a_failed_rollback_is_reported_orphaned_and_a_retry_of_the_request_resumes_it(
+    system: bootstrap.Punctual, api: Api
+) -> None:
+    body = named(f"resumed-{uuid.uuid4().hex[:6]}")
+    key = f"create-{uuid.uuid4().hex[:8]}"
+    with temporal_down_and_rollback_failing(system):
+        refused = api.post("/schedules", body, key=key)
+    assert refused.status_code == 503, refused.text
+    error = refused.json()["error"]
+    assert (error["code"], error["details"]["rollback_failed"]) == ("engine_unavailable", True)
+    schedule_id = error["details"]["schedule_id"]
+    stored = api.get(f"/schedules/{schedule_id}").json()
+    assert stored["sync"]["state"] == "orphaned"
+    assert orphan_findings(system, api, schedule_id) == ["orphaned_schedule"]
+    assert not driver_of(system).describe_many([schedule_id])[schedule_id].present
+
+    # Another request for the name is a conflict; only the very same request resumes it.
+    assert api.post("/schedules", body).json()["error"]["code"] == "name_taken"
+    assert api.get(f"/schedules/{schedule_id}").json()["sync"]["state"] == "orphaned"
+    resumed = api.post("/schedules", body, key=key)
+    assert resumed.status_code == 201, resumed.text
+    assert resumed.json()["id"] == schedule_id
+    assert resumed.json()["sync"]["state"] == "in_sync"
+    assert orphan_findings(system, api, schedule_id) == []
+    view = driver_of(system).describe_many([schedule_id])[schedule_id]
+    assert view.present and view.marked and not view.paused
+    replayed = api.post("/schedules", body, key=key)
+    assert replayed.status_code == 201 and replayed.json()["id"] == schedule_id
+
+
+def test_reconcile_removes_the_record_of_a_create_whose_rollback_failed(
+    system: bootstrap.Punctual, api: Api
+) -> None:
+    body = named(f"settled-{uuid.uuid4().hex[:6]}")
+    key = f"create-{uuid.uuid4().hex[:8]}"
+    with temporal_down_and_rollback_failing(system):
+        refused = api.post("/schedules", body, key=key)
+    schedule_id = refused.json()["error"]["details"]["schedule_id"]
+    young = reconcile(system.services)  # within the grace a saga may still be running
+    assert api.get(f"/schedules/{schedule_id}").status_code == 200, young
+
+    reconcile(system.services, orphan_grace=timedelta(0))
+    assert api.get(f"/schedules/{schedule_id}").status_code == 404
+    assert orphan_findings(system, api, schedule_id) == []
+    assert not driver_of(system).describe_many([schedule_id])[schedule_id].present
+    # Settled: the same request now creates the schedule anew.
+    again = api.post("/schedules", body, key=key)
+    assert again.status_code == 201, again.text
+    assert again.json()["id"] != schedule_id
+    assert driver_of(system).describe_many([again.json()["id"]])[again.json()["id"]].present
+
+
+def test_an_edit_of_an_unfinished_create_is_left_to_its_saga(
+    system: bootstrap.Punctual, api: Api
+) -> None:
+    body = named(f"edited-{uuid.uuid4().hex[:6]}")
+    key = f"create-{uuid.uuid4().hex[:8]}"
+    with temporal_down_and_rollback_failing(system):
+        refused = api.post("/schedules", body, key=key)
+    schedule_id = refused.json()["error"]["details"]["schedule_id"]
+    stored = api.get(f"/schedules/{schedule_id}").json()
+    paused = api.post(f"/schedules/{schedule_id}/pause", {"version": stored["version"]})
+    assert paused.status_code == 200, paused.text
+    assert paused.json()["sync"]["state"] == "orphaned"  # not ensured: still the saga's
+    assert not driver_of(system).describe_many([schedule_id])[schedule_id].present
+    resumed = api.post("/schedules", body, key=key)
+    assert resumed.status_code == 201, resumed.text
+    assert (resumed.json()["enabled"], resumed.json()["sync"]["state"]) == (False, "in_sync")
+    view = driver_of(system).describe_many([schedule_id])[schedule_id]
+    assert view.present and view.paused  # the record as it is now, pause included
 
 
 @pytest.mark.parametrize(

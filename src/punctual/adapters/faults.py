@@ -20,6 +20,8 @@ CRASH_POINTS = frozenset(
         "after_record",  # dispatch: recorded, events not yet emitted
         "after_run_claim",  # worker: runs claimed, bodies not started
         "during_generation",  # generation: occurrences written, cursor moved, not committed
+        "after_create_stored",  # create saga: record committed, Temporal Schedule not ensured
+        "after_fire_recorded",  # Temporal fire: occurrence committed, activity not answered
     }
 )
 

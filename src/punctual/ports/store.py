@@ -311,6 +311,10 @@ class Starts(Protocol):
         """Every row of the schedule with ``occurrence_at`` in ``(after, until]``, skipped
         and failed history included, ordered by (``occurrence_at``, ``rerun``)."""
 
+    def latest_fired_before(self, schedule_id: str, before: datetime) -> StoredOccurrence | None:
+        """The schedule's latest row of one of its spec's own fires (origin ``schedule``)
+        that was not skipped, with ``occurrence_at`` before ``before``; None if none."""
+
     def get_occurrence(
         self, tenant: str, schedule_id: str, occurrence_id: str, *, lock: bool = False
     ) -> ScheduledStart | None: ...

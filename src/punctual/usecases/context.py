@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 import random
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
 from datetime import datetime
 
@@ -67,6 +67,11 @@ class SqlDriver:
 
     def list_marked(self) -> list[str]:
         return []
+
+    def fire_times(
+        self, windows: Mapping[str, tuple[datetime, datetime]]
+    ) -> dict[str, list[datetime]]:
+        return {}
 
 
 class NullEvents:

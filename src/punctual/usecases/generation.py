@@ -14,9 +14,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 from datetime import datetime, timedelta
 
-from punctual.domain.ids import new_id
 from punctual.domain.schedules import (
-    OccurrenceOrigin,
     Plan,
     Schedule,
     jitter_delay,
@@ -26,6 +24,7 @@ from punctual.domain.starts import StartState
 from punctual.ports.events import Event
 from punctual.ports.records import CursorMove, EncryptedInput, NewOccurrence
 from punctual.usecases.context import Services
+from punctual.usecases.occurrence_rows import new_occurrence
 
 LOOKAHEAD = timedelta(seconds=2)
 """Occurrences are generated this far ahead so that dispatch finds them on time."""
@@ -111,42 +110,6 @@ def generate(services: Services, budget: int) -> GenerationReport:
     return report
 
 
-def _occurrence(
-    schedule: Schedule,
-    encrypted: EncryptedInput,
-    at: datetime,
-    due_at: datetime,
-    *,
-    nominal: str | None = None,
-    dst_adjustment: str | None = None,
-    state: str = StartState.SCHEDULED.value,
-    reason: str | None = None,
-    range_last: datetime | None = None,
-    range_count: int | None = None,
-) -> NewOccurrence:
-    return NewOccurrence(
-        id=new_id("occ"),
-        tenant=schedule.tenant,
-        schedule_id=schedule.id,
-        revision=schedule.revision,
-        workflow=schedule.workflow,
-        workload_class=schedule.workload_class,
-        input=encrypted,
-        created_by=schedule.created_by,
-        business_request_id=schedule.name,
-        occurrence_at=at,
-        due_at=due_at,
-        nominal=nominal,
-        dst_adjustment=dst_adjustment,
-        run_id=new_id("run"),
-        state=state,
-        reason=reason,
-        range_last=range_last,
-        range_count=range_count,
-        origin=OccurrenceOrigin.SCHEDULE.value,
-    )
-
-
 def _rows(
     schedule: Schedule, encrypted: EncryptedInput, plan: Plan, now: datetime
 ) -> list[NewOccurrence]:
@@ -155,7 +118,7 @@ def _rows(
     for planned in plan.occurrences:
         due_at = planned.at + jitter_delay(schedule.id, planned.at, schedule.policy.jitter)
         rows.append(
-            _occurrence(
+            new_occurrence(
                 schedule,
                 encrypted,
                 planned.at,
@@ -166,12 +129,12 @@ def _rows(
         )
     if plan.missed is not None:
         rows.append(
-            _occurrence(
+            new_occurrence(
                 schedule,
                 encrypted,
                 plan.missed.first,
                 plan.missed.first,
-                state=StartState.SKIPPED.value,
+                state=StartState.SKIPPED,
                 reason=plan.missed.reason,
                 range_last=plan.missed.last,
                 range_count=plan.missed.count,
@@ -181,14 +144,14 @@ def _rows(
         # A skip shares its instant with a fire only for expressions that name the gap's
         # end too; the unique key then keeps the fire, which is the decision that matters.
         rows.append(
-            _occurrence(
+            new_occurrence(
                 schedule,
                 encrypted,
                 skip.at,
                 skip.at,
                 nominal=skip.nominal.isoformat(),
                 dst_adjustment=skip.dst_adjustment.value,
-                state=StartState.SKIPPED.value,
+                state=StartState.SKIPPED,
                 reason="dst_gap",
             )
         )

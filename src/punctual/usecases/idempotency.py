@@ -16,6 +16,13 @@ also writes its audit entry (CR-8), in the mutation's own transaction: the entry
 with it or not at all. A refusal changes nothing and writes none (SEC-4), nor does a replay;
 a batch create writes one for the whole request.
 
+A mutation may be a saga of two steps (a schedule's create under a firing driver, CR-6):
+its first transaction commits what it stored with the key still in flight, its ``then``
+runs outside any transaction (a call to another system) and answers the mutation that
+decides the outcome in a second transaction, where the key is completed and the audit
+entry written. A failure between the steps leaves the key in flight: a retry with it
+finds the saga's record through ``request_token`` and resumes it.
+
 Creates (one, or a batch of up to 500, OS-11) take a cheaper path, ``run_batch``: keys,
 mutation and outcomes in *one* transaction. A concurrent request with the same key then
 waits on the uncommitted key row (PostgreSQL) or on the write lock (SQLite) instead of
@@ -25,11 +32,13 @@ behind to take over. Replay, the bounded wait and the check order are the same.
 
 from __future__ import annotations
 
+import hashlib
 import secrets
 import time
 from collections.abc import Callable, Mapping, Sequence
 from concurrent.futures import ThreadPoolExecutor
 from concurrent.futures import TimeoutError as FutureTimeout
+from contextvars import ContextVar
 from dataclasses import dataclass
 from datetime import datetime, timedelta
 from typing import Any
@@ -42,6 +51,19 @@ from punctual.usecases.context import Services
 
 IN_PROGRESS_BODY = {"status": "in_progress"}
 _POLL_SECONDS = 0.02
+_serving: ContextVar[str | None] = ContextVar("punctual_idempotent_request", default=None)
+
+
+def request_token() -> str | None:
+    """The digest of the keyed request the running mutation serves (tenant, principal, key
+    and body), or None: what a saga's record carries so that only a retry of the very same
+    request resumes it."""
+    return _serving.get()
+
+
+def _token_of(request: IdempotentRequest) -> str:
+    text = "\x1f".join((request.tenant, request.principal, request.key, request.fingerprint))
+    return hashlib.sha256(text.encode()).hexdigest()
 
 
 @dataclass(frozen=True)
@@ -64,6 +86,12 @@ class Outcome:
     """Runs once the mutation committed, on a thread of its own: the answer never waits
     for it and its failure changes nothing recorded (an engine call that follows the
     store change, FT-6; whatever it misses is retried by the runner)."""
+    then: Callable[[], Mutation] | None = None
+    """A saga's next step: called once this step committed, outside any transaction, it
+    answers the mutation that decides the outcome (the key stays in flight until then)."""
+
+
+Mutation = Callable[[Tx, datetime], Outcome]
 
 
 class RecordedError(Exception):
@@ -85,7 +113,6 @@ class ItemResult:
     """The error behind a fresh (not replayed) error answer."""
 
 
-Mutation = Callable[[Tx, datetime], Outcome]
 BatchMutation = Callable[[Tx, datetime, Sequence[int]], Mapping[int, "Outcome | PunctualError"]]
 """Decides the requests at the given indexes (those whose keys this transaction claimed),
 in one transaction: per index an outcome, or the error it was refused with."""
@@ -254,6 +281,7 @@ class MutationRunner:
                 results[index] = ItemResult(status, body, answer)
                 resource_id = None
             else:
+                assert answer.then is None, "a saga's steps need run(), not one transaction"
                 status, body = answer.status, answer.body
                 results[index] = ItemResult(status, body)
                 resource_id = answer.resource_id
@@ -326,14 +354,10 @@ class MutationRunner:
         audited: AuditedRequest | None,
     ) -> Outcome:
         services = self._services
-        lock_wait = self._lease.total_seconds() - max(5.0, self._wait)
         try:
-            with services.store.transaction(lock_timeout=lock_wait) as tx:
-                now = services.clock.now()
-                outcome = mutation(tx, now)
-                if request is not None:
-                    self._finish(tx, request, owner, outcome, now)
-                _audit(tx, audited, outcome, now)
+            outcome = self._step(request, owner, mutation, audited)
+            while outcome.then is not None:
+                outcome = self._step(request, owner, outcome.then(), audited)
         except PunctualError as exc:
             status = self._error_status(exc)
             if request is not None:
@@ -346,6 +370,29 @@ class MutationRunner:
         services.on_due_change()
         if outcome.after_commit is not None:
             self._followers.submit(outcome.after_commit)
+        return outcome
+
+    def _step(
+        self,
+        request: IdempotentRequest | None,
+        owner: str,
+        mutation: Mutation,
+        audited: AuditedRequest | None,
+    ) -> Outcome:
+        """One transaction of a mutation; the last step of a saga decides the key."""
+        services = self._services
+        lock_wait = self._lease.total_seconds() - max(5.0, self._wait)
+        serving = _serving.set(_token_of(request) if request is not None else None)
+        try:
+            with services.store.transaction(lock_timeout=lock_wait) as tx:
+                now = services.clock.now()
+                outcome = mutation(tx, now)
+                if outcome.then is None:
+                    if request is not None:
+                        self._finish(tx, request, owner, outcome, now)
+                    _audit(tx, audited, outcome, now)
+        finally:
+            _serving.reset(serving)
         return outcome
 
     def _finish(

@@ -14,7 +14,7 @@ from punctual.domain.runs import Definition, Run
 from punctual.domain.schedules import OccurrenceOrigin, Schedule, ScheduleState, spec_to_json
 from punctual.domain.starts import LastError, ScheduledStart
 from punctual.domain.timeutil import to_rfc3339
-from punctual.ports.driver import SyncRecord
+from punctual.ports.driver import SyncRecord, SyncState
 from punctual.ports.records import Finding, FollowThroughRecord, TokenRecord
 
 
@@ -148,7 +148,9 @@ def sync_view(sync: SyncRecord | None) -> dict[str, Any]:
     """How the schedule's copy in the firing driver stands (CR-6); none yet is drift."""
     if sync is None:
         return {"state": "drifted", "checked_at": None}
-    return {"state": sync.state.value, "checked_at": ts(sync.checked_at)}
+    # An unfinished create is not fired by the driver until its saga completes.
+    state = SyncState.ORPHANED if sync.state is SyncState.CREATING else sync.state
+    return {"state": state.value, "checked_at": ts(sync.checked_at)}
 
 
 def schedule_view(

@@ -27,9 +27,8 @@ from datetime import datetime, timedelta
 from enum import StrEnum
 from typing import Any
 
-from punctual.domain.ids import new_id
 from punctual.domain.permissions import Action, Principal, require
-from punctual.domain.recurrence import Fire, IntervalSpec
+from punctual.domain.recurrence import IntervalSpec
 from punctual.domain.schedules import (
     BackfillItem,
     BackfillRange,
@@ -52,6 +51,7 @@ from punctual.ports.store import Tx
 from punctual.usecases import schedule_driver
 from punctual.usecases.context import Services
 from punctual.usecases.idempotency import Mutation, Outcome
+from punctual.usecases.occurrence_rows import new_occurrence
 from punctual.usecases.projections import occurrence_view, schedule_view
 from punctual.usecases.schedules import (
     CreateSchedule,
@@ -90,42 +90,6 @@ def _named_overlap(value: str | None) -> str | None:
         ) from None
 
 
-def _occurrence(
-    schedule: Schedule,
-    sealed: EncryptedInput,
-    occurrence_at: datetime,
-    due_at: datetime,
-    origin: OccurrenceOrigin,
-    *,
-    overlap: str | None,
-    state: StartState = StartState.SCHEDULED,
-    fire: Fire | None = None,
-    rerun: int = 0,
-) -> NewOccurrence:
-    return NewOccurrence(
-        id=new_id("occ"),
-        tenant=schedule.tenant,
-        schedule_id=schedule.id,
-        revision=schedule.revision,
-        workflow=schedule.workflow,
-        workload_class=schedule.workload_class,
-        input=sealed,
-        created_by=schedule.created_by,
-        business_request_id=schedule.name,
-        occurrence_at=occurrence_at,
-        due_at=due_at,
-        nominal=fire.nominal.isoformat() if fire is not None else None,
-        dst_adjustment=(
-            fire.dst_adjustment.value if fire is not None and fire.dst_adjustment else None
-        ),
-        run_id=new_id("run"),
-        state=state.value,
-        origin=origin.value,
-        overlap=overlap,
-        rerun=rerun,
-    )
-
-
 # --- trigger (RS-9a) ----------------------------------------------------------------------
 
 
@@ -148,12 +112,12 @@ def trigger(services: Services, principal: Principal, cmd: TriggerSchedule) -> M
         )
         taken = {row.occurrence.occurrence_at for row in nearby}
         instant = trigger_instant(now, {at for at in taken if at is not None})
-        new = _occurrence(
+        new = new_occurrence(
             schedule,
             tx.schedules.input_of(schedule.id),
             instant,
             instant,
-            OccurrenceOrigin.TRIGGER,
+            origin=OccurrenceOrigin.TRIGGER,
             overlap=overlap,
         )
         tx.starts.insert_occurrences([new], now)
@@ -250,15 +214,17 @@ def _backfilled(
     overlap: str | None,
 ) -> NewOccurrence:
     """Due now; without a named overlap policy it waits its turn (``buffered``)."""
-    return _occurrence(
+    fire = item.fire
+    return new_occurrence(
         schedule,
         sealed,
-        item.fire.at,
+        fire.at,
         now,
-        OccurrenceOrigin.BACKFILL,
+        nominal=fire.nominal.isoformat(),
+        dst_adjustment=fire.dst_adjustment.value if fire.dst_adjustment else None,
+        origin=OccurrenceOrigin.BACKFILL,
         overlap=overlap,
         state=StartState.SCHEDULED if overlap is not None else StartState.BUFFERED,
-        fire=item.fire,
         rerun=item.rerun,
     )
 
@@ -483,14 +449,16 @@ def upsert_by_name(services: Services, principal: Principal, cmd: UpsertByName) 
     the schedule's view carries ``"changed"``."""
 
     def mutation(tx: Tx, now: datetime) -> Outcome:
+        changed = {"changed": True}
+        resumed = schedule_driver.resumable(services, tx, principal.tenant, cmd.name)
+        if resumed is not None:
+            return schedule_driver.created(services, tx, resumed, now, extra=changed)
         plan = plan_upsert(services, principal, cmd, tx, now)
         # The firing driver sees every change a PUT makes, as it sees POST and PATCH (CR-6).
         if plan.create is not None:
             schedule_driver.check_supported(services, plan.create.spec, plan.create.policy.jitter)
             created = tx.schedules.insert(plan.create, now)
-            schedule_driver.ensure_on_create(services, tx, created, now)
-            body = schedule_driver.view(services, tx, created, now) | {"changed": True}
-            return Outcome(201, body, resource_id=created.id)
+            return schedule_driver.created(services, tx, created, now, extra=changed)
         if plan.update is not None:
             updated = apply_update(tx, plan.update, now)
             schedule_driver.check_supported(services, updated.spec, updated.policy.jitter)

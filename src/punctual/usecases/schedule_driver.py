@@ -3,11 +3,15 @@
 The store is the source of truth. Under the Temporal Schedules driver every schedule is
 also a Temporal Schedule:
 
-* **create** inserts the record and ensures the Temporal Schedule inside the same
-  transaction, before it commits: a failed ensure rolls the insert back (the record is
-  removed, ``rollback_failed`` false) and the answer is ``503 engine_unavailable``. A
-  create that dies after the ensure leaves a marked Temporal Schedule with no record,
-  which fires nothing (the fire use case finds no record) and which reconciliation removes.
+* **create** is a saga in the contract's order: the record is stored (its sync
+  ``creating``, with the token of the request), then, outside any transaction, the
+  Temporal Schedule is ensured, and a second transaction marks it ``in_sync`` and answers
+  ``201``. If Temporal fails, the record is removed and the answer is ``503
+  engine_unavailable`` with ``rollback_failed`` false; if the removal fails too,
+  ``rollback_failed`` is true, the record reads ``orphaned`` and health has an
+  ``orphaned_schedule`` finding. A saga that never finished (the process died between its
+  steps) is resumed by a retry of the same request (same key and body), or settled by
+  reconciliation: the record and any Temporal copy are removed.
 * **update**, pause, resume re-ensure; a failed ensure leaves the change committed and
   the schedule ``drifted`` until reconciliation ensures it.
 * **delete** removes the Temporal Schedule first; if Temporal fails the record stays.
@@ -36,19 +40,29 @@ from punctual.domain.recurrence import (
     CronSpec,
     DstGap,
     DstOverlap,
+    IntervalSpec,
     RecurrenceSpec,
     fires_between,
     iter_fires,
     load_zone,
 )
-from punctual.domain.schedules import MissedPolicy, OccurrenceOrigin, Schedule, SchedulePolicy
+from punctual.domain.schedules import (
+    MissedPolicy,
+    Schedule,
+    SchedulePolicy,
+    next_bounded_fire,
+    remaining_occurrences,
+)
 from punctual.domain.starts import ScheduledStart, StartState
-from punctual.errors import InvalidRequest
+from punctual.errors import InvalidRequest, Unavailable
 from punctual.ports.driver import DriverSchedule, SyncRecord, SyncState
 from punctual.ports.engine import EngineUnavailable
-from punctual.ports.records import CursorMove, NewOccurrence
+from punctual.ports.records import CursorMove
 from punctual.ports.store import Tx
 from punctual.usecases.context import Services
+from punctual.usecases.health import ORPHANED_SCHEDULE
+from punctual.usecases.idempotency import Mutation, Outcome, request_token
+from punctual.usecases.occurrence_rows import new_occurrence
 from punctual.usecases.projections import schedule_view
 
 log = logging.getLogger("punctual.driver")
@@ -95,10 +109,31 @@ def _unsupported(field: str, message: str, code: str) -> InvalidRequest:
     return InvalidRequest(message, code=code, field=field, driver=TEMPORAL_SCHEDULES)
 
 
+def spec_now(services: Services, now: datetime) -> datetime:
+    """The instant a spec's defaults count from (an interval's first fire is this plus the
+    interval): whole seconds under a driver, as Temporal's interval offsets are."""
+    return now.replace(microsecond=0) if uses_driver(services) else now
+
+
 def check_supported(services: Services, spec: RecurrenceSpec, jitter: timedelta) -> None:
     """Refuse what the Temporal Schedules driver cannot honour (a no-op on the SQL one)."""
     if not uses_driver(services):
         return
+    if isinstance(spec, IntervalSpec):
+        if spec.interval_ms % 1000:
+            raise _unsupported(
+                "spec.interval_ms",
+                "interval_ms must be a whole number of seconds with Temporal Schedules "
+                "(Temporal counts intervals in whole seconds); use a multiple of 1000",
+                "unsupported_by_driver",
+            )
+        if spec.starts_at is not None and spec.starts_at.microsecond:
+            raise _unsupported(
+                "spec.starts_at",
+                "starts_at must be on a whole second with Temporal Schedules (Temporal "
+                "places interval fires on whole seconds); drop the fraction of a second",
+                "unsupported_by_driver",
+            )
     if jitter > timedelta(0):
         raise _unsupported(
             "jitter_ms",
@@ -185,29 +220,148 @@ def record_sync(
     now: datetime,
     next_fire_times: Sequence[datetime] = (),
     digest: str | None = None,
+    create_token: str | None = None,
 ) -> None:
-    tx.schedule_sync.record(SyncRecord(schedule_id, state, now, list(next_fire_times), digest))
+    tx.schedule_sync.record(
+        SyncRecord(schedule_id, state, now, list(next_fire_times), digest, create_token)
+    )
 
 
-def ensure_on_create(services: Services, tx: Tx, schedule: Schedule, now: datetime) -> None:
-    """Ensure before the insert commits; a failure rolls the insert back (503)."""
+def created(
+    services: Services,
+    tx: Tx,
+    schedule: Schedule,
+    now: datetime,
+    *,
+    status: int = 201,
+    extra: dict[str, Any] | None = None,
+) -> Outcome:
+    """The answer to a create of ``schedule`` (just stored, or found by ``resumable``):
+    at once under the SQL driver; under a driver the saga's first step, whose next step
+    ensures the Temporal Schedule outside this transaction."""
+    extra = extra or {}
     if not uses_driver(services):
-        return
+        return Outcome(status, view(services, tx, schedule, now) | extra, resource_id=schedule.id)
+    token = request_token() or new_id("saga")
+    record_sync(tx, schedule.id, SyncState.CREATING, now, create_token=token)
+    return Outcome(
+        status,
+        None,
+        resource_id=schedule.id,
+        then=functools.partial(_ensure_created, services, schedule, token, status, extra),
+    )
+
+
+def resumable(services: Services, tx: Tx, tenant: str, name: str) -> Schedule | None:
+    """The schedule named ``name`` whose create saga this very request began and did not
+    finish (a retry with the same key and body), or None."""
+    token = request_token()
+    if not uses_driver(services) or token is None:
+        return None
+    schedule = tx.schedules.by_name(tenant, name, lock=True)
+    if schedule is None:
+        return None
+    record = tx.schedule_sync.get_many([schedule.id]).get(schedule.id)
+    return schedule if record is not None and record.create_token == token else None
+
+
+def _ensure_created(
+    services: Services, schedule: Schedule, token: str, status: int, extra: dict[str, Any]
+) -> Mutation:
+    """The saga's second step: ensure; on failure remove the record (its compensation)."""
+    services.crash_point("after_create_stored")
     wanted = desired(schedule)
     try:
         times = services.driver.ensure(wanted)
     except EngineUnavailable as exc:
-        raise EngineUnavailable(
-            f"schedule {schedule.id} was not created: Temporal did not take it ({exc}); "
-            "the record was removed, retry the same request",
-            rollback_failed=False,
-        ) from exc
-    record_sync(tx, schedule.id, SyncState.IN_SYNC, now, times, wanted.digest)
+        raise _compensate(services, schedule, token, exc) from exc
+
+    def finish(tx: Tx, now: datetime) -> Outcome:
+        current = tx.schedules.get(schedule.tenant, schedule.id, lock=True)
+        record = tx.schedule_sync.get_many([schedule.id]).get(schedule.id)
+        if current is None or record is None:
+            # Reconciliation settled the saga meanwhile (removed the record); the copy
+            # just ensured fires nothing without a record, and its next sweep removes it.
+            raise EngineUnavailable(
+                f"schedule {schedule.id} was not created: its unfinished create was removed "
+                "by reconciliation while this request ran; retry the same request",
+                rollback_failed=False,
+            )
+        if record.create_token == token:
+            state = SyncState.IN_SYNC if desired(current) == wanted else SyncState.DRIFTED
+            record_sync(tx, schedule.id, state, now, times, wanted.digest)
+            tx.findings.clear(current.tenant, ORPHANED_SCHEDULE, current.id)
+        return Outcome(status, view(services, tx, current, now) | extra, resource_id=current.id)
+
+    return finish
+
+
+def _compensate(
+    services: Services, schedule: Schedule, token: str, cause: EngineUnavailable
+) -> EngineUnavailable:
+    """Remove the record of a create Temporal did not take; the error to answer."""
+    try:
+        with services.store.transaction() as tx:
+            now = services.clock.now()
+            record = tx.schedule_sync.get_many([schedule.id]).get(schedule.id)
+            current = tx.schedules.get(schedule.tenant, schedule.id, lock=True)
+            if current is not None and record is not None and record.create_token == token:
+                discard_unfinished_create(tx, current, now)
+                tx.schedule_sync.forget(current.id)
+    except Unavailable:
+        log.error("event=create_rollback_failed schedule=%s", schedule.id)
+        _declare_orphan(services, schedule, token)
+        return EngineUnavailable(
+            f"schedule {schedule.id} was not created: Temporal did not take it ({cause}) and "
+            "its record could not be removed; it reads orphaned until a retry of the same "
+            "request or reconciliation settles it",
+            rollback_failed=True,
+            schedule_id=schedule.id,
+        )
+    return EngineUnavailable(
+        f"schedule {schedule.id} was not created: Temporal did not take it ({cause}); "
+        "the record was removed, retry the same request",
+        rollback_failed=False,
+        schedule_id=schedule.id,
+    )
+
+
+def discard_unfinished_create(tx: Tx, schedule: Schedule, now: datetime) -> None:
+    """Remove the record of a create that never answered ``201`` (as a delete would) and
+    its ``orphaned_schedule`` finding; the caller has removed or will remove its copy."""
+    tx.schedules.compare_and_set(
+        schedule.id, schedule.version, now, enabled=False, deleted_at=now, next_fire_at=None
+    )
+    tx.findings.clear(schedule.tenant, ORPHANED_SCHEDULE, schedule.id)
+
+
+def _declare_orphan(services: Services, schedule: Schedule, token: str) -> None:
+    """Best effort, the store having just failed: the record reads ``orphaned`` and health
+    shows the finding at once (if this fails too, reconciliation settles the saga)."""
+    try:
+        with services.store.transaction() as tx:
+            now = services.clock.now()
+            record_sync(tx, schedule.id, SyncState.ORPHANED, now, create_token=token)
+            tx.findings.raise_finding(
+                schedule.tenant,
+                ORPHANED_SCHEDULE,
+                schedule.id,
+                "error",
+                f"schedule {schedule.id} has no Temporal Schedule: its create failed and "
+                "its record could not be removed; reconciliation removes it",
+                now,
+            )
+    except Unavailable:
+        log.error("event=orphan_not_recorded schedule=%s", schedule.id)
 
 
 def ensure_on_change(services: Services, tx: Tx, schedule: Schedule, now: datetime) -> None:
-    """Re-ensure after an edit, pause, resume or auto-disable; a failure marks drift."""
+    """Re-ensure after an edit, pause, resume or auto-disable; a failure marks drift. An
+    unfinished create is left to its saga: its last step sees the edit and marks drift."""
     if not uses_driver(services):
+        return
+    record = tx.schedule_sync.get_many([schedule.id]).get(schedule.id)
+    if record is not None and record.unfinished_create:
         return
     wanted = desired(schedule)
     try:
@@ -220,8 +374,12 @@ def ensure_on_change(services: Services, tx: Tx, schedule: Schedule, now: dateti
 
 
 def mark_drifted(services: Services, tx: Tx, schedule_id: str, now: datetime) -> None:
-    """For paths that must not wait on Temporal (dispatch's auto-disable): reconcile ensures."""
-    if uses_driver(services):
+    """For paths that must not wait on Temporal (dispatch's auto-disable): reconcile ensures.
+    An unfinished create is left to its saga, which ensures what the record then says."""
+    if not uses_driver(services):
+        return
+    record = tx.schedule_sync.get_many([schedule_id]).get(schedule_id)
+    if record is None or not record.unfinished_create:
         record_sync(tx, schedule_id, SyncState.DRIFTED, now)
 
 
@@ -301,44 +459,26 @@ def fire(services: Services, cmd: Fire) -> Fired:
             mark_drifted(services, tx, schedule.id, now)
             return Fired(None, "paused")
         nominal, adjustment = _nominal(schedule.spec, at)
-        occurrence_id = new_id("occ")
-        tx.starts.insert_occurrences(
-            [
-                NewOccurrence(
-                    id=occurrence_id,
-                    tenant=schedule.tenant,
-                    schedule_id=schedule.id,
-                    revision=schedule.revision,
-                    workflow=schedule.workflow,
-                    workload_class=schedule.workload_class,
-                    input=tx.schedules.input_of(schedule.id),
-                    created_by=schedule.created_by,
-                    business_request_id=schedule.name,
-                    occurrence_at=at,
-                    due_at=at,
-                    nominal=nominal,
-                    dst_adjustment=adjustment,
-                    run_id=new_id("run"),
-                    state=StartState.SCHEDULED.value,
-                    origin=OccurrenceOrigin.SCHEDULE.value,
-                )
-            ],
-            now,
+        row = new_occurrence(
+            schedule,
+            tx.schedules.input_of(schedule.id),
+            at,
+            at,
+            nominal=nominal,
+            dst_adjustment=adjustment,
         )
+        tx.starts.insert_occurrences([row], now)
+        # The next fire its own recurrence gives, as a generation pass leaves it: what the
+        # SQL runner continues from if the driver is switched back (CR-7).
+        cursor, counted = max(schedule.cursor, at), schedule.fires_counted + 1
+        remaining = remaining_occurrences(schedule.max_occurrences, counted)
+        following = next_bounded_fire(schedule.spec, cursor, schedule.end_at, remaining)
         tx.schedules.move_cursors(
-            [
-                CursorMove(
-                    schedule.id,
-                    max(schedule.cursor, at),
-                    None,
-                    schedule.version,
-                    fires_counted=schedule.fires_counted + 1,
-                )
-            ]
+            [CursorMove(schedule.id, cursor, following, schedule.version, fires_counted=counted)]
         )
-        services.crash_point("after_fire_insert")
     services.on_due_change()
-    return Fired(occurrence_id, StartState.SCHEDULED.value)
+    services.crash_point("after_fire_recorded")
+    return Fired(row.id, StartState.SCHEDULED.value)
 
 
 def _occurrence_at(tx: Tx, schedule_id: str, at: datetime) -> ScheduledStart | None:

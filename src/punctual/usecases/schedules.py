@@ -338,7 +338,7 @@ def decide_create(
     """Every check of a create, in the contract's order, and the row it would insert;
     nothing is written (the dry run of ``PUT …/by-name`` stops here)."""
     _check_name(cmd.name)
-    spec = parse_spec(cmd.spec, now)
+    spec = parse_spec(cmd.spec, schedule_driver.spec_now(services, now))
     policy = parse_policy(
         {
             "overlap": cmd.overlap,
@@ -397,11 +397,11 @@ def decide_create(
 
 def create(services: Services, principal: Principal, cmd: CreateSchedule) -> Mutation:
     def mutation(tx: Tx, now: datetime) -> Outcome:
+        resumed = schedule_driver.resumable(services, tx, principal.tenant, cmd.name)
+        if resumed is not None:
+            return schedule_driver.created(services, tx, resumed, now)
         new = decide_create(services, principal, cmd, tx, now)
-        schedule = tx.schedules.insert(new, now)
-        schedule_driver.ensure_on_create(services, tx, schedule, now)
-        body = schedule_driver.view(services, tx, schedule, now)
-        return Outcome(201, body, resource_id=schedule.id)
+        return schedule_driver.created(services, tx, tx.schedules.insert(new, now), now)
 
     return mutation
 
@@ -501,7 +501,7 @@ def decide_update(
     changes: dict[str, Any] = {}
     spec = schedule.spec
     if "spec" in cmd.changes:
-        spec = parse_spec(cmd.changes["spec"], now)
+        spec = parse_spec(cmd.changes["spec"], schedule_driver.spec_now(services, now))
         changes["spec"] = spec
     policy = parse_policy(values)
     jitter = schedule.policy.jitter

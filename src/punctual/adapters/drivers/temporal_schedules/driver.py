@@ -13,10 +13,11 @@ import asyncio
 import concurrent.futures
 import socket
 import threading
-from collections.abc import Coroutine, Sequence
+from collections.abc import Coroutine, Mapping, Sequence
 from datetime import UTC, datetime, timedelta
 from typing import Any, TypeVar
 
+from temporalio.api.schedule.v1 import ScheduleInfo
 from temporalio.client import (
     Client,
     Schedule,
@@ -36,15 +37,23 @@ from punctual.adapters.drivers.temporal_schedules.messages import (
     FireArgs,
 )
 from punctual.adapters.drivers.temporal_schedules.translate import policy_of, spec_of, state_of
-from punctual.ports.driver import DriverSchedule, DriverView
+from punctual.ports.driver import FIRE_TIMES_LIMIT, DriverAction, DriverSchedule, DriverView
 from punctual.ports.engine import EngineUnavailable
 
 T = TypeVar("T")
 
 DRIVER_NAME = "temporal_schedules"
 NEXT_FIRE_TIMES = 5
+RECENT_ACTIONS_KEPT = 10
+"""How many recent actions a Temporal Schedule's description lists at most."""
 _NOTE_PREFIX = "punctual digest="
 _REACH_ERRORS = (RPCError, RuntimeError, OSError, TimeoutError, TemporalError)
+_UNMATCHABLE = (
+    RPCStatusCode.NOT_FOUND,
+    RPCStatusCode.INVALID_ARGUMENT,
+    RPCStatusCode.FAILED_PRECONDITION,
+)
+"""Answers about one schedule (gone, or a spec Temporal cannot match), not about Temporal."""
 
 
 class NotOwned(EngineUnavailable):
@@ -64,6 +73,44 @@ def _parse_note(note: str | None) -> tuple[str | None, datetime | None]:
         return digest, datetime.fromisoformat(rest)
     except ValueError:
         return digest, None
+
+
+def _actions_of(info: ScheduleInfo) -> list[DriverAction]:
+    """The recent actions and every running one: a running action older than those is
+    known by the fire time Temporal appends to its workflow id (``<id>-<RFC 3339 time>``).
+    Temporal tracks running actions under ``skip`` and ``buffer_one`` only, not under
+    ``allow_all``, where ``running`` is False for all of them."""
+    running = {execution.workflow_id for execution in info.running_workflows}
+    actions = [
+        DriverAction(
+            scheduled_at=result.schedule_time.ToDatetime(tzinfo=UTC),
+            started_at=result.actual_time.ToDatetime(tzinfo=UTC),
+            running=result.start_workflow_result.workflow_id in running,
+        )
+        for result in info.recent_actions
+    ]
+    known = {result.start_workflow_result.workflow_id for result in info.recent_actions}
+    for workflow_id in sorted(running - known):
+        at = _fire_time_in(workflow_id)
+        if at is not None:
+            actions.append(DriverAction(scheduled_at=at, started_at=None, running=True))
+    return sorted(actions, key=lambda action: action.scheduled_at)
+
+
+def _actions_since(info: ScheduleInfo) -> datetime | None:
+    """Temporal keeps only its last ``RECENT_ACTIONS_KEPT`` actions: once that many are
+    listed, an older one may have been dropped from the list."""
+    if len(info.recent_actions) < RECENT_ACTIONS_KEPT:
+        return None
+    return min(result.schedule_time.ToDatetime(tzinfo=UTC) for result in info.recent_actions)
+
+
+def _fire_time_in(workflow_id: str) -> datetime | None:
+    stamp = workflow_id[-len("2000-01-01T00:00:00Z") :]
+    try:
+        return datetime.strptime(stamp, "%Y-%m-%dT%H:%M:%SZ").replace(tzinfo=UTC)
+    except ValueError:
+        return None
 
 
 class TemporalSchedulesDriver:
@@ -130,28 +177,40 @@ class TemporalSchedulesDriver:
 
         return self._call(listing(), "listing schedules", 4)
 
+    def fire_times(
+        self, windows: Mapping[str, tuple[datetime, datetime]]
+    ) -> dict[str, list[datetime]]:
+        if not windows:
+            return {}
+
+        async def match_all() -> dict[str, list[datetime]]:
+            client = await self._connected()
+            limit = asyncio.Semaphore(self._concurrency)
+
+            async def one(schedule_id: str) -> tuple[str, list[datetime]]:
+                start, end = windows[schedule_id]
+                async with limit:
+                    try:
+                        found = await self._matching(client, schedule_id, start, end)
+                    except RPCError as exc:
+                        if exc.status not in _UNMATCHABLE:
+                            raise
+                        return schedule_id, []  # this one alone: the others are answered
+                inside = [at for at in found if start < at <= end]
+                return schedule_id, inside[:FIRE_TIMES_LIMIT]
+
+            return dict(await asyncio.gather(*(one(i) for i in windows)))
+
+        rounds = 1 + len(windows) // self._concurrency
+        return self._call(match_all(), f"matching fire times of {len(windows)} schedule(s)", rounds)
+
     # ---- for tests and operators -----------------------------------------------------
 
     def matching_times(self, schedule_id: str, start: datetime, end: datetime) -> list[datetime]:
         """The instants Temporal's own spec matching yields in ``[start, end]``."""
-        from google.protobuf.timestamp_pb2 import Timestamp
-        from temporalio.api.workflowservice.v1 import ListScheduleMatchingTimesRequest
 
         async def matching() -> list[datetime]:
-            client = await self._connected()
-            begin, until = Timestamp(), Timestamp()
-            begin.FromDatetime(start)
-            until.FromDatetime(end)
-            answer = await client.workflow_service.list_schedule_matching_times(
-                ListScheduleMatchingTimesRequest(
-                    namespace=self.namespace,
-                    schedule_id=schedule_id,
-                    start_time=begin,
-                    end_time=until,
-                ),
-                timeout=self._rpc_timeout,
-            )
-            return [t.ToDatetime(tzinfo=start.tzinfo) for t in answer.start_time]
+            return await self._matching(await self._connected(), schedule_id, start, end)
 
         return self._call(matching(), f"matching times of {schedule_id}")
 
@@ -239,7 +298,34 @@ class TemporalSchedulesDriver:
             digest=digest,
             next_fire_times=[] if state.paused else list(described.info.next_action_times[:5]),
             ensured_at=ensured_at,
+            created_at=described.info.created_at,
+            decided_before=next(iter(described.info.next_action_times), None),
+            actions=_actions_of(described.raw_description.info),
+            actions_since=_actions_since(described.raw_description.info),
+            buffered=described.raw_description.info.buffer_size,
         )
+
+    async def _matching(
+        self, client: Client, schedule_id: str, start: datetime, end: datetime
+    ) -> list[datetime]:
+        """Temporal's ``ListScheduleMatchingTimes``: at most 1,000 instants, strictly after
+        ``start`` up to ``end``, in the zone of ``start``."""
+        from google.protobuf.timestamp_pb2 import Timestamp
+        from temporalio.api.workflowservice.v1 import ListScheduleMatchingTimesRequest
+
+        begin, until = Timestamp(), Timestamp()
+        begin.FromDatetime(start)
+        until.FromDatetime(end)
+        answer = await client.workflow_service.list_schedule_matching_times(
+            ListScheduleMatchingTimesRequest(
+                namespace=self.namespace,
+                schedule_id=schedule_id,
+                start_time=begin,
+                end_time=until,
+            ),
+            timeout=self._rpc_timeout,
+        )
+        return [t.ToDatetime(tzinfo=start.tzinfo) for t in answer.start_time]
 
     async def _connected(self) -> Client:
         if self._client is None:

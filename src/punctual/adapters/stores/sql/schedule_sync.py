@@ -10,7 +10,7 @@ import sqlalchemy as sa
 from punctual.adapters.stores.sql import tables as t
 from punctual.adapters.stores.sql.dialects import insert_ignore, upsert
 from punctual.domain.timeutil import parse_rfc3339, to_rfc3339
-from punctual.ports.driver import SyncRecord, SyncState
+from punctual.ports.driver import SkipMark, SyncRecord, SyncState
 
 _s = t.schedule_sync.c
 _INSTALLATION_ROW = 1
@@ -48,6 +48,7 @@ class SqlScheduleSync:
                 checked_at=row["checked_at"],
                 next_fire_times=[parse_rfc3339(v) for v in row["next_fire_times"]],
                 digest=row["digest"],
+                create_token=row["create_token"],
             )
             for row in rows
         }
@@ -63,6 +64,7 @@ class SqlScheduleSync:
                     "checked_at": record.checked_at,
                     "next_fire_times": [to_rfc3339(v) for v in record.next_fire_times],
                     "digest": record.digest,
+                    "create_token": record.create_token,
                 }
             ],
             ["schedule_id"],
@@ -81,6 +83,15 @@ class SqlScheduleSync:
         )
         return [(str(r.id), str(r.tenant)) for r in rows]
 
+    def recorded(self, after_id: str, limit: int) -> list[str]:
+        rows = self._conn.execute(
+            sa.select(_s.schedule_id)
+            .where(_s.schedule_id > after_id)
+            .order_by(_s.schedule_id)
+            .limit(limit)
+        )
+        return [str(r) for r in rows.scalars()]
+
     def not_in_sync(self, limit: int) -> list[str]:
         rows = self._conn.execute(
             sa.select(_s.schedule_id)
@@ -89,3 +100,39 @@ class SqlScheduleSync:
             .limit(limit)
         )
         return [str(r) for r in rows.scalars()]
+
+    def unfinished_creates(self, checked_before: datetime, limit: int) -> list[str]:
+        rows = self._conn.execute(
+            sa.select(_s.schedule_id)
+            .where(_s.create_token.is_not(None), _s.checked_at < checked_before)
+            .order_by(_s.checked_at)
+            .limit(limit)
+        )
+        return [str(r) for r in rows.scalars()]
+
+    def skip_marks(self, schedule_ids: Sequence[str]) -> dict[str, SkipMark]:
+        if not schedule_ids:
+            return {}
+        rows = self._conn.execute(
+            sa.select(_s.schedule_id, _s.skips_checked_through, _s.skips_version).where(
+                _s.schedule_id.in_(list(schedule_ids)),
+                _s.skips_checked_through.is_not(None),
+                _s.skips_version.is_not(None),
+            )
+        )
+        return {
+            str(r.schedule_id): SkipMark(
+                str(r.schedule_id), r.skips_checked_through, int(r.skips_version)
+            )
+            for r in rows
+        }
+
+    def record_skip_mark(self, mark: SkipMark) -> None:
+        self._conn.execute(
+            sa.update(t.schedule_sync)
+            .where(_s.schedule_id == mark.schedule_id)
+            .values(
+                skips_checked_through=mark.checked_through,
+                skips_version=mark.schedule_version,
+            )
+        )

@@ -158,6 +158,22 @@ class SqlStarts:
             for row in self._conn.execute(query).mappings()
         ]
 
+    def latest_fired_before(self, schedule_id: str, before: datetime) -> StoredOccurrence | None:
+        # Walks the (schedule_id, occurrence_at, rerun) key backwards from ``before``.
+        query = (
+            sa.select(t.starts)
+            .where(
+                _s.schedule_id == schedule_id,
+                _s.occurrence_at < before,
+                sa.or_(_s.origin.is_(None), _s.origin == OccurrenceOrigin.SCHEDULE.value),
+                _s.state != StartState.SKIPPED.value,
+            )
+            .order_by(_s.occurrence_at.desc(), _s.rerun.desc())
+            .limit(1)
+        )
+        row = self._conn.execute(query).mappings().first()
+        return StoredOccurrence(_occurrence_from_row(row), row["rerun"]) if row else None
+
     def get_occurrence(
         self, tenant: str, schedule_id: str, occurrence_id: str, *, lock: bool = False
     ) -> ScheduledStart | None:

@@ -693,5 +693,11 @@ schedule_sync = sa.Table(
     # Temporal's next fire times, as ISO 8601 UTC strings (reads never call Temporal).
     sa.Column("next_fire_times", JSONType, nullable=False),
     sa.Column("digest", sa.String(64)),
+    # Set while a create saga is unfinished: which request may resume it (CR-6).
+    sa.Column("create_token", sa.String(64)),
+    # How far Temporal's own skips were recorded as occurrences, at which schedule version
+    # (RS-4; ``ports.driver.SkipMark``). Null until the first sweep that looked.
+    sa.Column("skips_checked_through", UTCDateTime),
+    sa.Column("skips_version", sa.Integer),
 )
 sa.Index("ix_schedule_sync_state", schedule_sync.c.state, schedule_sync.c.checked_at)

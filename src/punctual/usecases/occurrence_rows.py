@@ -1,0 +1,54 @@
+"""The one way an occurrence row of a schedule is made, whatever decided it: the
+generation pass, a Temporal fire, a trigger or backfill, a skip Temporal made."""
+
+from __future__ import annotations
+
+from datetime import datetime
+
+from punctual.domain.ids import new_id
+from punctual.domain.schedules import OccurrenceOrigin, Schedule
+from punctual.domain.starts import StartState
+from punctual.ports.records import EncryptedInput, NewOccurrence
+
+
+def new_occurrence(
+    schedule: Schedule,
+    encrypted: EncryptedInput,
+    at: datetime,
+    due_at: datetime,
+    *,
+    nominal: str | None = None,
+    dst_adjustment: str | None = None,
+    state: StartState = StartState.SCHEDULED,
+    reason: str | None = None,
+    range_last: datetime | None = None,
+    range_count: int | None = None,
+    origin: OccurrenceOrigin = OccurrenceOrigin.SCHEDULE,
+    overlap: str | None = None,
+    rerun: int = 0,
+) -> NewOccurrence:
+    """A row for ``schedule`` at ``at`` with fresh occurrence and run ids; its run (if it
+    gets one) carries the schedule's current revision, workflow, class and creator."""
+    return NewOccurrence(
+        id=new_id("occ"),
+        tenant=schedule.tenant,
+        schedule_id=schedule.id,
+        revision=schedule.revision,
+        workflow=schedule.workflow,
+        workload_class=schedule.workload_class,
+        input=encrypted,
+        created_by=schedule.created_by,
+        business_request_id=schedule.name,
+        occurrence_at=at,
+        due_at=due_at,
+        nominal=nominal,
+        dst_adjustment=dst_adjustment,
+        run_id=new_id("run"),
+        state=state.value,
+        reason=reason,
+        range_last=range_last,
+        range_count=range_count,
+        origin=origin.value,
+        overlap=overlap,
+        rerun=rerun,
+    )
