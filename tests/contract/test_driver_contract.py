@@ -42,6 +42,11 @@ DRIVERS = [
     pytest.param("sql-sqlite", id="sql-sqlite"),
     pytest.param("sql-postgres", id="sql-postgres", marks=pytest.mark.postgres),
     pytest.param(
+        "temporal_schedules-sqlite",
+        id="temporal_schedules-sqlite",
+        marks=[pytest.mark.temporal],
+    ),
+    pytest.param(
         "temporal_schedules-postgres",
         id="temporal_schedules-postgres",
         marks=[pytest.mark.temporal, pytest.mark.postgres],
@@ -64,7 +69,8 @@ def fires(request: pytest.FixtureRequest, tmp_path: Path) -> Iterator[Firing]:
         settings = local_settings(request.getfixturevalue("pg_url"), tmp_path)
     else:
         address = request.getfixturevalue("schedules_temporal")
-        url = request.getfixturevalue("pg_url")
+        store = "sqlite_url" if request.param.endswith("sqlite") else "pg_url"
+        url = request.getfixturevalue(store)
         settings = temporal_settings(url, tmp_path, address, TEMPORAL_SCHEDULES, new_prefix())
     with firing(settings) as started:
         yield started
