@@ -28,11 +28,13 @@ from temporalio.client import (
 
 from punctual import bootstrap
 from punctual.adapters.drivers.temporal_schedules.driver import TemporalSchedulesDriver
+from punctual.cli.schedules import schedule_block
 from punctual.domain.recurrence import CronSpec, DstGap, DstOverlap, fires_between
 from punctual.domain.schedules import OverlapPolicy
 from punctual.errors import Unavailable
 from punctual.ports.driver import DriverSchedule
 from punctual.ports.engine import EngineUnavailable
+from punctual.resources import Schedule as ScheduleResource
 from punctual.usecases import schedule_driver
 from punctual.usecases.health import host_report
 from punctual.usecases.reconcile import reconcile
@@ -129,6 +131,15 @@ def test_the_api_example_is_a_temporal_schedule_paused_exactly_when_disabled(
         "/schedule-preview", cron="30 2 * * 1-5", time_zone="America/New_York", count=5
     ).json()
     assert created["next_fire_times"] == [item["fire_at"] for item in preview["items"]]
+
+    # The CLI shows the sync; without a driver there is none to show.
+    shown = schedule_block(ScheduleResource.model_validate(created))
+    checked = created["sync"]["checked_at"]
+    assert ["temporal", "sync:", "in_sync", "(checked", f"{checked})"] in [
+        line.split() for line in shown
+    ]
+    plain = ScheduleResource.model_validate(created | {"sync": None})
+    assert not any("sync" in line for line in schedule_block(plain))
 
     paused = api.post(f"/schedules/{created['id']}/pause", {"version": created["version"]})
     assert paused.status_code == 200, paused.text

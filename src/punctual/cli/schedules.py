@@ -79,8 +79,15 @@ def schedule_block(schedule: Schedule) -> list[str]:
             ("last fired", schedule.last_fired_at),
             ("last status", schedule.last_status),
             ("next fire times", ", ".join(when(t) for t in schedule.next_fire_times) or "-"),
+            ("temporal sync", sync_text(schedule)),
         ],
     )
+
+
+def sync_text(schedule: Schedule) -> str | None:
+    """Under the Temporal Schedules driver: how its Temporal copy stands, and since when."""
+    sync = schedule.sync
+    return None if sync is None else f"{sync.state} (checked {when(sync.checked_at)})"
 
 
 def occurrence_line(occurrence: Occurrence) -> str:
