@@ -164,9 +164,13 @@ def test_sql_to_temporal_schedules_ensures_every_schedule_and_fires_no_instant_t
             paused["id"]: True,
             tokyo["id"]: False,
         }
-        for schedule_id in ids:
-            sync = api.get(f"/schedules/{schedule_id}").json()["sync"]
-            assert sync["state"] == "in_sync"
+
+        # The sweep records each one in_sync just after ensuring it.
+        def recorded_in_sync() -> bool:
+            states = [api.get(f"/schedules/{i}").json()["sync"]["state"] for i in ids]
+            return states == ["in_sync"] * len(ids)
+
+        poll("the startup sweep recording every schedule in_sync", recorded_in_sync)
         poll(
             "two Temporal fires past the SQL pass's horizon",
             lambda: followed_fires(after, ticking["id"], sql_horizon) >= 2,

@@ -200,6 +200,12 @@ def test_refusals_name_the_field_and_the_driver(api: Api) -> None:
         assert refused.json()["error"]["details"]["field"] == field
     whole = create(api, named(f"whole-{uuid.uuid4().hex[:6]}", spec={"interval_ms": 2000}))
     assert datetime.fromisoformat(whole["spec"]["starts_at"]).microsecond == 0
+    # PUT by name decides as POST and PATCH do.
+    put_body = {k: v for k, v in named("put-jitter").items() if k != "name"} | {"jitter_ms": 500}
+    put = api.client.put(
+        api.path("/schedules/by-name/put-jitter"), headers=api.headers("put-1"), json=put_body
+    )
+    assert (put.status_code, put.json()["error"]["code"]) == (422, "unsupported_by_driver")
 
 
 def test_fires_become_one_run_each_and_one_follow_through(

@@ -454,14 +454,13 @@ def upsert_by_name(services: Services, principal: Principal, cmd: UpsertByName) 
         if resumed is not None:
             return schedule_driver.created(services, tx, resumed, now, extra=changed)
         plan = plan_upsert(services, principal, cmd, tx, now)
-        # The firing driver sees every change a PUT makes, as it sees POST and PATCH (CR-6).
+        # The firing driver sees every change a PUT makes, as it sees POST and PATCH (CR-6);
+        # what it cannot honour was refused by the plan's decide_create or decide_update.
         if plan.create is not None:
-            schedule_driver.check_supported(services, plan.create.spec, plan.create.policy.jitter)
             created = tx.schedules.insert(plan.create, now)
             return schedule_driver.created(services, tx, created, now, extra=changed)
         if plan.update is not None:
             updated = apply_update(tx, plan.update, now)
-            schedule_driver.check_supported(services, updated.spec, updated.policy.jitter)
             schedule_driver.ensure_on_change(services, tx, updated, now)
             body = schedule_driver.view(services, tx, updated, now) | {"changed": True}
             return Outcome(200, body, resource_id=updated.id)

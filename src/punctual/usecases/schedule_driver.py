@@ -109,14 +109,12 @@ def _unsupported(field: str, message: str, code: str) -> InvalidRequest:
     return InvalidRequest(message, code=code, field=field, driver=TEMPORAL_SCHEDULES)
 
 
-def spec_now(services: Services, now: datetime) -> datetime:
-    """The instant a spec's defaults count from (an interval's first fire is this plus the
-    interval): whole seconds under a driver, as Temporal's interval offsets are."""
-    return now.replace(microsecond=0) if uses_driver(services) else now
-
-
-def check_supported(services: Services, spec: RecurrenceSpec, jitter: timedelta) -> None:
-    """Refuse what the Temporal Schedules driver cannot honour (a no-op on the SQL one)."""
+def check_supported(
+    services: Services, spec: RecurrenceSpec, jitter: timedelta, *, stored: bool = False
+) -> None:
+    """Refuse what the Temporal Schedules driver cannot honour (a no-op on the SQL one).
+    ``stored``: a record made before (under the SQL driver, or before this rule), whose
+    interval's first fire off a whole second Temporal honours on the next whole second."""
     if not uses_driver(services):
         return
     if isinstance(spec, IntervalSpec):
@@ -127,7 +125,7 @@ def check_supported(services: Services, spec: RecurrenceSpec, jitter: timedelta)
                 "(Temporal counts intervals in whole seconds); use a multiple of 1000",
                 "unsupported_by_driver",
             )
-        if spec.starts_at is not None and spec.starts_at.microsecond:
+        if not stored and spec.starts_at is not None and spec.starts_at.microsecond:
             raise _unsupported(
                 "spec.starts_at",
                 "starts_at must be on a whole second with Temporal Schedules (Temporal "

@@ -304,6 +304,13 @@ def parse_source(value: Any) -> str | None:
     return value
 
 
+def whole_second(now: datetime) -> datetime:
+    """What a spec's defaults count from (an interval's first fire is this plus the
+    interval): whole seconds, as Temporal Schedules place interval fires, so a schedule
+    fires at the same instants whichever driver fires it."""
+    return now.replace(microsecond=0)
+
+
 def _check_name(name: Any) -> str:
     if not isinstance(name, str) or not 1 <= len(name) <= 200:
         raise InvalidRequest("name must be 1 to 200 characters")
@@ -338,7 +345,7 @@ def decide_create(
     """Every check of a create, in the contract's order, and the row it would insert;
     nothing is written (the dry run of ``PUT …/by-name`` stops here)."""
     _check_name(cmd.name)
-    spec = parse_spec(cmd.spec, schedule_driver.spec_now(services, now))
+    spec = parse_spec(cmd.spec, whole_second(now))
     policy = parse_policy(
         {
             "overlap": cmd.overlap,
@@ -501,14 +508,15 @@ def decide_update(
     changes: dict[str, Any] = {}
     spec = schedule.spec
     if "spec" in cmd.changes:
-        spec = parse_spec(cmd.changes["spec"], schedule_driver.spec_now(services, now))
+        spec = parse_spec(cmd.changes["spec"], whole_second(now))
         changes["spec"] = spec
     policy = parse_policy(values)
     jitter = schedule.policy.jitter
     if "jitter_ms" in cmd.changes or ("spec" in cmd.changes and jitter):
         jitter = parse_jitter(values["jitter_ms"], spec, now)
     policy = replace(policy, jitter=jitter)
-    schedule_driver.check_supported(services, spec, policy.jitter)
+    stored = "spec" not in cmd.changes  # kept as it is: as the driver honours records
+    schedule_driver.check_supported(services, spec, policy.jitter, stored=stored)
     if policy != schedule.policy:
         changes["policy"] = policy
     end_at = schedule.end_at

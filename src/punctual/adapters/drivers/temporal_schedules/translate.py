@@ -3,7 +3,8 @@
 Temporal's cron strings combine day-of-month and day-of-week with AND, punctual's (Vixie
 cron) with OR when both are restricted; such an expression becomes two cron strings whose
 union Temporal fires. An interval is Temporal's ``every`` with the offset that puts one
-fire on ``starts_at``, which is also the spec's start.
+fire on ``starts_at`` (on the next whole second if it is off one), which is also the
+spec's start.
 """
 
 from __future__ import annotations
@@ -65,6 +66,10 @@ def spec_of(schedule: DriverSchedule) -> ScheduleSpec:
         )
     starts_at = schedule.spec.starts_at
     assert starts_at is not None, "a stored interval schedule has its first fire"
+    if starts_at.microsecond:
+        # Temporal fires on whole seconds: a first fire made off one (an older record) is
+        # honoured on the next whole second, never earlier than the record says.
+        starts_at = starts_at.replace(microsecond=0) + timedelta(seconds=1)
     every = timedelta(milliseconds=schedule.spec.interval_ms)
     offset = (starts_at - _EPOCH) % every
     return ScheduleSpec(
