@@ -44,8 +44,9 @@ def test_a_postgres_restart_during_dispatch_is_waited_out(tmp_path: Path) -> Non
             procs.extras.append(lambda: f"===== postgres log (tail) =====\n{pg.log_tail()}")
             server = procs.serve("serve", "runner,worker")
             procs.wait_ready(server)
-            first_due = datetime.now(UTC) + timedelta(seconds=2)
             with Creator(url, procs.key_file) as creator:
+                # Counted from here: building the creator takes seconds on a loaded machine.
+                first_due = datetime.now(UTC) + timedelta(seconds=2)
                 created = creator.spread(STARTS, first_due, SPREAD_SECONDS)
 
             def under_way() -> int | None:
