@@ -11,7 +11,7 @@ from __future__ import annotations
 import asyncio
 import time
 import uuid
-from collections.abc import Callable, Iterator
+from collections.abc import Iterator
 from contextlib import contextmanager
 from datetime import UTC, datetime, timedelta
 from pathlib import Path
@@ -40,6 +40,8 @@ from punctual.usecases.health import host_report
 from punctual.usecases.reconcile import reconcile
 from tests.api.test_starts_on_temporal import temporal_settings
 from tests.support.api import Api, future, in_process, member_api, register_demo
+from tests.support.drivers import poll
+from tests.support.drivers import temporal_driver_of as driver_of
 from tests.support.temporal import NAMESPACE, dev_server
 
 pytestmark = [pytest.mark.temporal, pytest.mark.postgres]
@@ -88,23 +90,6 @@ def api(system: bootstrap.Punctual) -> Iterator[Api]:
     register_demo(system)
     with in_process(system) as client:
         yield member_api(system, client)
-
-
-def driver_of(system: bootstrap.Punctual) -> TemporalSchedulesDriver:
-    driver = system.services.driver
-    assert isinstance(driver, TemporalSchedulesDriver)
-    return driver
-
-
-def poll(what: str, check: Callable[[], Any], timeout: float = WAIT_SECONDS) -> Any:
-    deadline = time.monotonic() + timeout
-    while True:
-        value = check()
-        if value:
-            return value
-        if time.monotonic() > deadline:
-            raise AssertionError(f"timed out after {timeout:g} s waiting for {what}")
-        time.sleep(0.1)
 
 
 def send(api: Api, body: dict[str, Any], key: str) -> Any:
@@ -359,20 +344,27 @@ def test_temporal_down_during_create_removes_the_record(pg_url: str, tmp_path: P
         system.close()
 
 
-def test_temporal_down_during_delete_keeps_the_record(
-    system: bootstrap.Punctual, api: Api, temporal_address: str
-) -> None:
-    created = create(api, named(f"kept-{uuid.uuid4().hex[:6]}"))
+@contextmanager
+def temporal_unreachable(system: bootstrap.Punctual) -> Iterator[TemporalSchedulesDriver]:
+    """The system's driver pointed at an address nothing listens on, for the block."""
     working = system.services.driver
     unreachable = TemporalSchedulesDriver(
         "127.0.0.1:1", NAMESPACE, driver_of(system).installation_id, rpc_timeout_seconds=1
     )
     system.services.driver = unreachable
     try:
-        refused = api.delete(f"/schedules/{created['id']}", version=created["version"])
+        yield unreachable
     finally:
-        unreachable.close()
         system.services.driver = working
+        unreachable.close()
+
+
+def test_temporal_down_during_delete_keeps_the_record(
+    system: bootstrap.Punctual, api: Api, temporal_address: str
+) -> None:
+    created = create(api, named(f"kept-{uuid.uuid4().hex[:6]}"))
+    with temporal_unreachable(system):
+        refused = api.delete(f"/schedules/{created['id']}", version=created["version"])
     assert refused.status_code == 503, refused.text
     assert api.get(f"/schedules/{created['id']}").status_code == 200
     assert driver_of(system).describe_many([created["id"]])[created["id"]].present
@@ -382,16 +374,8 @@ def test_temporal_down_during_an_update_marks_it_drifted_until_reconcile_heals_i
     system: bootstrap.Punctual, api: Api
 ) -> None:
     created = create(api, named(f"drifts-{uuid.uuid4().hex[:6]}"))
-    working = system.services.driver
-    unreachable = TemporalSchedulesDriver(
-        "127.0.0.1:1", NAMESPACE, driver_of(system).installation_id, rpc_timeout_seconds=1
-    )
-    system.services.driver = unreachable
-    try:
+    with temporal_unreachable(system):
         paused = api.post(f"/schedules/{created['id']}/pause", {"version": created["version"]})
-    finally:
-        unreachable.close()
-        system.services.driver = working
     assert paused.status_code == 200, paused.text  # the store is the source of truth
     assert paused.json()["sync"]["state"] == "drifted"
     assert not driver_of(system).describe_many([created["id"]])[created["id"]].paused
@@ -511,18 +495,15 @@ class ArmsOnRefusal:
 
 @contextmanager
 def temporal_down_and_rollback_failing(system: bootstrap.Punctual) -> Iterator[None]:
-    working_store, working_driver = system.services.store, system.services.driver
-    unreachable = TemporalSchedulesDriver(
-        "127.0.0.1:1", NAMESPACE, driver_of(system).installation_id, rpc_timeout_seconds=1
-    )
+    working_store = system.services.store
     failing = RollbackFailing(working_store)
-    system.services.store = failing  # the same store, armed
-    system.services.driver = ArmsOnRefusal(unreachable, failing)
-    try:
-        yield
-    finally:
-        system.services.store, system.services.driver = working_store, working_driver
-        unreachable.close()
+    with temporal_unreachable(system) as unreachable:
+        system.services.store = failing  # the same store, armed
+        system.services.driver = ArmsOnRefusal(unreachable, failing)
+        try:
+            yield
+        finally:
+            system.services.store = working_store
 
 
 def orphan_findings(system: bootstrap.Punctual, api: Api, schedule_id: str) -> list[Any]:

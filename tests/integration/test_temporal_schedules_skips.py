@@ -14,7 +14,7 @@ from __future__ import annotations
 import asyncio
 import time
 import uuid
-from collections.abc import Callable, Iterator
+from collections.abc import Iterator
 from dataclasses import replace
 from datetime import UTC, datetime, timedelta
 from pathlib import Path
@@ -24,12 +24,13 @@ import pytest
 from temporalio.client import Client
 
 from punctual import bootstrap
-from punctual.adapters.drivers.temporal_schedules.driver import TemporalSchedulesDriver
 from punctual.ports.driver import SkipMark
 from punctual.usecases.driver_skips import MARGIN, DriverSkipsReport, record_driver_skips
 from punctual.usecases.reconcile import reconcile
 from tests.api.test_starts_on_temporal import temporal_settings
 from tests.support.api import Api, in_process, member_api, register_demo
+from tests.support.drivers import poll
+from tests.support.drivers import temporal_driver_of as driver_of
 from tests.support.temporal import NAMESPACE, dev_server
 
 pytestmark = [pytest.mark.temporal, pytest.mark.postgres]
@@ -74,23 +75,6 @@ class FrozenClock:
 
 def sweep(system: bootstrap.Punctual, at: datetime) -> DriverSkipsReport:
     return record_driver_skips(replace(system.services, clock=FrozenClock(at)))
-
-
-def driver_of(system: bootstrap.Punctual) -> TemporalSchedulesDriver:
-    driver = system.services.driver
-    assert isinstance(driver, TemporalSchedulesDriver)
-    return driver
-
-
-def poll(what: str, check: Callable[[], Any], timeout: float = WAIT_SECONDS) -> Any:
-    deadline = time.monotonic() + timeout
-    while True:
-        value = check()
-        if value:
-            return value
-        if time.monotonic() > deadline:
-            raise AssertionError(f"timed out after {timeout:g} s waiting for {what}")
-        time.sleep(0.1)
 
 
 def at(text: str) -> datetime:
