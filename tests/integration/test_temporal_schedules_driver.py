@@ -93,14 +93,9 @@ def api(system: bootstrap.Punctual) -> Iterator[Api]:
 
 
 def send(api: Api, body: dict[str, Any], key: str) -> Any:
-    """A create, resent with its key while it answers 202 (a loaded machine can take longer
-    than the bounded wait for the saga's two steps), as API.md tells clients to."""
-    deadline = time.monotonic() + WAIT_SECONDS
-    response = api.post("/schedules", body, key=key)
-    while response.status_code == 202 and time.monotonic() < deadline:
-        time.sleep(0.2)
-        response = api.post("/schedules", body, key=key)
-    return response
+    """A create, resent with its key while it answers 202: the saga's two steps can outlast
+    the bounded wait on a loaded machine."""
+    return api.post_decided("/schedules", body, key=key, timeout=WAIT_SECONDS)
 
 
 def create(api: Api, body: dict[str, Any], key: str | None = None) -> dict[str, Any]:

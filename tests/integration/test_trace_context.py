@@ -51,7 +51,7 @@ def start_traced(api: Api, request_id: str, traceparent: str | None) -> dict[str
     }
     if traceparent is not None:
         body["traceparent"] = traceparent
-    response = api.post("/scheduled-starts", body)
+    response = api.post_decided("/scheduled-starts", body)
     assert response.status_code == 201, response.text
     start: dict[str, Any] = response.json()
     return start

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import secrets
+import time
 from collections.abc import Iterator
 from contextlib import contextmanager
 from datetime import UTC, datetime, timedelta
@@ -45,6 +46,19 @@ class Api:
             json=body,
             params=params,
         )
+
+    def post_decided(
+        self, suffix: str, body: Any, *, key: str | None = None, timeout: float = 40.0
+    ) -> httpx.Response:
+        """A mutation resent with its key while it answers ``202 in_progress`` (a loaded
+        machine can outlast the bounded wait), as API.md tells clients to; bounded."""
+        key = key or secrets.token_hex(8)
+        deadline = time.monotonic() + timeout
+        response = self.post(suffix, body, key=key)
+        while response.status_code == 202 and time.monotonic() < deadline:
+            time.sleep(0.2)
+            response = self.post(suffix, body, key=key)
+        return response
 
     def delete(self, suffix: str, *, key: str | None = None, **params: Any) -> httpx.Response:
         return self.client.delete(
