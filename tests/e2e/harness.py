@@ -7,8 +7,8 @@
   restarts a process with a new crash spec, and stops everything (SIGTERM, then SIGKILL)
   on exit. When the ``with`` block fails it prints the tail of every log.
 * ``fresh_database`` creates (and finally drops) a database on a PostgreSQL server and
-  migrates it with ``punctual db upgrade``; ``ThrowawayPostgres`` is a whole cluster of
-  the test's own (initdb + pg_ctl) that the test may stop and start at will.
+  migrates it with the code ``punctual db upgrade`` runs; ``ThrowawayPostgres`` is a whole
+  cluster of the test's own (initdb + pg_ctl) that the test may stop and start at will.
 * ``Creator`` schedules many starts quickly through the use cases (``embedded.Scheduler``);
   ``read_facts`` reads back, per start, its state and run id and the runs that exist.
 """
@@ -41,6 +41,8 @@ import sqlalchemy as sa
 
 from punctual import bootstrap
 from punctual.adapters.crypto import generate_key_file
+from punctual.adapters.stores.sql import migrate as schema
+from punctual.adapters.stores.sql.store import SqlStore
 from punctual.domain.permissions import Role
 from punctual.embedded import Scheduler
 from punctual.settings import load_settings
@@ -119,22 +121,29 @@ def run_cli(*args: str, env: dict[str, str], cwd: Path) -> subprocess.CompletedP
     )
 
 
-def migrate(database_url: str, cwd: Path) -> None:
-    """``punctual db upgrade`` on ``database_url``, as an operator would."""
-    result = run_cli("db", "upgrade", "--database-url", database_url, env=clean_env(), cwd=cwd)
-    assert result.returncode == 0, f"db upgrade failed:\n{result.stdout}\n{result.stderr}"
+def migrate(database_url: str) -> None:
+    """Bring ``database_url`` to this version's schema with what ``punctual db upgrade``
+    runs, in this process: a ``punctual`` process would cost a whole interpreter start
+    for a step no test here looks at (``test_cli_and_serve`` runs the command itself)."""
+    store = SqlStore(database_url)
+    try:
+        schema.upgrade(store)
+    finally:
+        store.dispose()
 
 
 @contextlib.contextmanager
-def fresh_database(directory: Path, server_url: str = PG_SERVER) -> Iterator[str]:
-    """A new, migrated database on ``server_url`` for one test; dropped afterwards."""
+def fresh_database(directory: Path | None = None, server_url: str = PG_SERVER) -> Iterator[str]:
+    """A new, migrated database on ``server_url`` for one test; dropped afterwards.
+
+    ``directory`` is accepted and unused (migrating needs no working directory)."""
     require_server(server_url)
     name = f"punctual_e2e_{os.getpid()}_{secrets.token_hex(3)}"
     with psycopg.connect(server_url, autocommit=True) as conn:
         conn.execute(f'CREATE DATABASE "{name}"')
     try:
         url = sa.engine.make_url(server_url).set(database=name).render_as_string(False)
-        migrate(url, directory)
+        migrate(url)
         yield url
     finally:
         with psycopg.connect(server_url, autocommit=True) as conn:
@@ -425,24 +434,34 @@ class Processes:
 
     def stop(self, managed: Managed) -> None:
         """SIGTERM, a grace period, then SIGKILL of the process group."""
-        for incarnation in managed.incarnations:
-            process = incarnation.process
-            if process.poll() is None:
+        self.stop_many([managed])
+
+    def stop_many(self, managed: list[Managed]) -> None:
+        """``stop`` for several at once: SIGTERM to each in the order given, then wait for
+        each, so that their graceful shutdowns overlap instead of queueing."""
+        incarnations = [incarnation for m in managed for incarnation in m.incarnations]
+        signalled: list[Incarnation] = []
+        for incarnation in incarnations:
+            if incarnation.process.poll() is None:
                 with contextlib.suppress(ProcessLookupError):
-                    process.send_signal(signal.SIGTERM)
-                try:
-                    process.wait(timeout=STOP_SECONDS)
-                except subprocess.TimeoutExpired:
-                    process.kill()
-                    process.wait(timeout=STOP_SECONDS)
+                    incarnation.process.send_signal(signal.SIGTERM)
+                signalled.append(incarnation)
+        for incarnation in signalled:
+            process = incarnation.process
+            try:
+                process.wait(timeout=STOP_SECONDS)
+            except subprocess.TimeoutExpired:
+                process.kill()
+                process.wait(timeout=STOP_SECONDS)
+        for incarnation in incarnations:
             with contextlib.suppress(ProcessLookupError, PermissionError):
-                os.killpg(process.pid, signal.SIGKILL)
-            incarnation.exit_code = process.poll()
+                os.killpg(incarnation.process.pid, signal.SIGKILL)
+            incarnation.exit_code = incarnation.process.poll()
 
     def stop_all(self) -> None:
-        """Stop in the reverse order of first start (runners before the workers they need)."""
-        for managed in reversed(list(self.managed.values())):
-            self.stop(managed)
+        """Stop everything, signalled in the reverse order of first start (runners before
+        the workers they need)."""
+        self.stop_many(list(reversed(list(self.managed.values()))))
 
     def describe(self) -> str:
         parts = []
@@ -545,9 +564,17 @@ class Creator:
         )
 
     def spread(self, count: int, first_at: datetime, over_seconds: float) -> list[dict[str, Any]]:
-        """``count`` starts due evenly from ``first_at`` over ``over_seconds``."""
+        """``count`` starts due evenly from ``first_at`` over ``over_seconds``.
+
+        A start whose planned time has passed by the time it is created (a loaded machine
+        creates slower than the spread) is due at its creation instead: the API refuses a
+        ``start_at`` more than 5 s in the past, and a start due now is as much a part of the
+        burst as one due later."""
         step = over_seconds / max(1, count - 1)
-        return [self.echo_at(first_at + timedelta(seconds=i * step), i) for i in range(count)]
+        return [
+            self.echo_at(max(first_at + timedelta(seconds=i * step), datetime.now(UTC)), i)
+            for i in range(count)
+        ]
 
     def close(self) -> None:
         self.scheduler.close()

@@ -14,6 +14,7 @@ import subprocess
 import sys
 import time
 from collections.abc import Callable, Iterator
+from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
 from datetime import UTC, datetime, timedelta
 from pathlib import Path
@@ -52,7 +53,7 @@ def free_port() -> int:
         return port
 
 
-def wait_for(what: str, check: Callable[[], T | None], timeout: float, step: float = 0.2) -> T:
+def wait_for(what: str, check: Callable[[], T | None], timeout: float, step: float = 0.05) -> T:
     deadline = time.monotonic() + timeout
     last_error: Exception | None = None
     while time.monotonic() < deadline:
@@ -67,6 +68,15 @@ def wait_for(what: str, check: Callable[[], T | None], timeout: float, step: flo
     raise AssertionError(
         f"timed out after {timeout}s waiting for {what} (last error: {last_error})"
     )
+
+
+def together(*commands: Callable[[], Any]) -> list[Any]:
+    """Independent commands side by side, each still a ``punctual`` process of its own:
+    most of a command's time is its interpreter starting, and the machine has more than
+    one core. The answers come in the order given."""
+    with ThreadPoolExecutor(max_workers=len(commands)) as pool:
+        running = [pool.submit(command) for command in commands]
+        return [future.result() for future in running]
 
 
 def run_cli(
@@ -336,13 +346,18 @@ def test_definitions_list_on_the_served_database_and_health_over_http(
 ) -> None:
     server, token = served
     db = sqlite_url_of(server.directory)
-    listed = run_cli("definitions", "list", "--json", "--database-url", db, cwd=tmp_path)
+    listed, health, human = together(
+        lambda: run_cli("definitions", "list", "--json", "--database-url", db, cwd=tmp_path),
+        lambda: run_cli(
+            "health", "--json", "--url", server.base_url, "--token", token, cwd=tmp_path
+        ),
+        lambda: run_cli("definitions", "list", "--database-url", db, cwd=tmp_path),
+    )
     assert listed.returncode == 0, listed.stderr
     items = json.loads(listed.stdout)
     assert {item["name"] for item in items} >= DEMO_WORKFLOWS
     assert all(item["loaded"] for item in items if item["name"] in DEMO_WORKFLOWS)
 
-    health = run_cli("health", "--json", "--url", server.base_url, "--token", token, cwd=tmp_path)
     report = json.loads(health.stdout)
     assert {"status", "findings", "starts", "schedules", "engine", "workers", "tzdata_version"} <= (
         set(report)
@@ -352,7 +367,6 @@ def test_definitions_list_on_the_served_database_and_health_over_http(
     assert report["engine"]["available"] is True
     assert len(report["workers"]) >= 1
 
-    human = run_cli("definitions", "list", "--database-url", db, cwd=tmp_path)
     assert human.returncode == 0
     assert "echo" in human.stdout
 
@@ -451,9 +465,17 @@ def test_serve_refuses_an_unmigrated_postgres_and_db_upgrade_migrates_it(
     assert head in upgraded.stdout, upgraded.stdout
     assert "empty" in upgraded.stdout, upgraded.stdout
 
-    again = run_cli("db", "upgrade", "--database-url", url, cwd=tmp_path)
+    # A second fresh database, never upgraded: serve still refuses it (asked while the
+    # first is upgraded once more, which changes nothing).
+    other = fresh_pg_databases()
+    again, refused = together(
+        lambda: run_cli("db", "upgrade", "--database-url", url, cwd=tmp_path),
+        lambda: run_cli("serve", "--port", str(free_port()), "--database-url", other, cwd=tmp_path),
+    )
     assert again.returncode == 0, again.stderr
     assert head in again.stdout
+    assert refused.returncode != 0
+    assert "punctual db upgrade" in refused.stdout + refused.stderr
 
     engine = sa.create_engine(url.replace("postgresql://", "postgresql+psycopg://", 1))
     try:
@@ -464,12 +486,6 @@ def test_serve_refuses_an_unmigrated_postgres_and_db_upgrade_migrates_it(
         engine.dispose()
     assert version == head
     assert {"tenants", "members", "tokens", "starts", "runs", "idempotency_keys"} <= tables
-
-    # A second fresh database: never upgraded, so serve still refuses it.
-    other = fresh_pg_databases()
-    refused = run_cli("serve", "--port", str(free_port()), "--database-url", other, cwd=tmp_path)
-    assert refused.returncode != 0
-    assert "punctual db upgrade" in refused.stdout + refused.stderr
 
 
 def test_serve_with_several_api_processes_honours_the_dev_token(tmp_path: Path) -> None:

@@ -38,6 +38,7 @@ from tests.e2e.test_cli_and_serve import (
     free_port,
     sqlite_url_of,
     start_server,
+    together,
     wait_for,
 )
 
@@ -174,19 +175,20 @@ def error_code(result: subprocess.CompletedProcess[str]) -> str:
 
 
 def test_a_tenant_command_needs_only_the_url_and_the_token(cli: Cli) -> None:
-    listed = cli.json("starts", "list")
-    assert listed == cli.route("/scheduled-starts")
+    def with_flags_only() -> subprocess.CompletedProcess[str]:
+        """The same with flags only: nothing from the environment."""
+        return subprocess.run(
+            [str(PUNCTUAL), "starts", "list", "--json", "--url", cli.url, "--token", cli.token],
+            cwd=cli.workdir,
+            env=clean_env(),
+            capture_output=True,
+            text=True,
+            timeout=CLI_SECONDS,
+            check=False,
+        )
 
-    # The same with flags only: nothing from the environment.
-    result = subprocess.run(
-        [str(PUNCTUAL), "starts", "list", "--json", "--url", cli.url, "--token", cli.token],
-        cwd=cli.workdir,
-        env=clean_env(),
-        capture_output=True,
-        text=True,
-        timeout=CLI_SECONDS,
-        check=False,
-    )
+    listed, result = together(lambda: cli.json("starts", "list"), with_flags_only)
+    assert listed == cli.route("/scheduled-starts")
     assert result.returncode == 0, result.stderr
     assert json.loads(result.stdout) == cli.route("/scheduled-starts")
     assert list(cli.workdir.iterdir()) == []
@@ -202,14 +204,15 @@ def test_starts_create_get_list_print_the_routes_json(cli: Cli) -> None:
     assert created["created_by"] == "admin"
     assert created == cli.route(f"/scheduled-starts/{created['id']}")
 
-    assert cli.json("starts", "get", created["id"]) == cli.route(
-        f"/scheduled-starts/{created['id']}"
+    got, page, human = together(
+        lambda: cli.json("starts", "get", created["id"]),
+        lambda: cli.json("starts", "list", "--business-request-id", "json-1"),
+        lambda: cli("starts", "list", "--business-request-id", "json-1"),
     )
-    page = cli.json("starts", "list", "--business-request-id", "json-1")
+    assert got == cli.route(f"/scheduled-starts/{created['id']}")
     assert page == cli.route("/scheduled-starts?business_request_id=json-1")
     assert [item["id"] for item in page["items"]] == [created["id"]]
 
-    human = cli("starts", "list", "--business-request-id", "json-1")
     assert human.returncode == 0, human.stderr
     assert created["id"] in human.stdout
     assert "scheduled" in human.stdout
@@ -330,37 +333,49 @@ def test_the_cli_retries_a_lost_answer_with_the_same_key(cli: Cli) -> None:
 
 
 def test_validation_errors_exit_2(cli: Cli, tmp_path: Path) -> None:
-    past = cli(*create_args("past", start_at="2020-01-01T00:00:00Z"), "--json")
+    big = tmp_path / "big.json"
+    big.write_text(json.dumps({"message": "x" * 70_000}))
+    past, too_large, usage, bad_json, bad_url = together(
+        lambda: cli(*create_args("past", start_at="2020-01-01T00:00:00Z"), "--json"),
+        lambda: cli(*create_args("big"), "--input", f"@{big}", "--json"),
+        lambda: cli("starts", "create", "--workflow", "echo"),  # usage
+        lambda: cli(*create_args("bad-json"), "--input", "{nope"),
+        lambda: cli("starts", "list", "--url", "not-a-url"),
+    )
     assert past.returncode == 2, past.stderr
     assert error_code(past) == "start_at_in_past"
     assert "start_at_in_past" in past.stderr
 
-    big = tmp_path / "big.json"
-    big.write_text(json.dumps({"message": "x" * 70_000}))
-    too_large = cli(*create_args("big"), "--input", f"@{big}", "--json")
     assert too_large.returncode == 2, too_large.stderr
     assert error_code(too_large) in {"input_too_large", "body_too_large"}
 
-    assert cli("starts", "create", "--workflow", "echo").returncode == 2  # usage
-    assert cli(*create_args("bad-json"), "--input", "{nope").returncode == 2
-    assert cli("starts", "list", "--url", "not-a-url").returncode == 2
+    assert usage.returncode == 2
+    assert bad_json.returncode == 2
+    assert bad_url.returncode == 2
 
 
 def test_unknown_ids_exit_3(cli: Cli) -> None:
-    missing = cli("starts", "get", "st_does_not_exist", "--json")
+    missing, run, schedule, tenant = together(
+        lambda: cli("starts", "get", "st_does_not_exist", "--json"),
+        lambda: cli("runs", "get", "run_does_not_exist"),
+        lambda: cli("schedules", "get", "sch_does_not_exist"),
+        lambda: cli("starts", "list", "--tenant", "no-such-tenant"),
+    )
     assert missing.returncode == 3, missing.stderr
     assert error_code(missing) == "not_found"
-    assert cli("runs", "get", "run_does_not_exist").returncode == 3
-    assert cli("schedules", "get", "sch_does_not_exist").returncode == 3
-    assert cli("starts", "list", "--tenant", "no-such-tenant").returncode == 3
+    assert run.returncode == 3
+    assert schedule.returncode == 3
+    assert tenant.returncode == 3
 
 
 def test_no_server_exits_5(cli: Cli) -> None:
     nobody = f"http://127.0.0.1:{free_port()}"
-    result = cli("starts", "list", "--json", url=nobody)
+    result, health = together(
+        lambda: cli("starts", "list", "--json", url=nobody), lambda: cli("health", url=nobody)
+    )
     assert result.returncode == 5, result.stderr
     assert "no answer" in result.stderr
-    assert cli("health", url=nobody).returncode == 5
+    assert health.returncode == 5
 
 
 def test_a_full_quota_exits_5(cli: Cli) -> None:
@@ -412,17 +427,23 @@ def test_an_undecided_mutation_exits_5_and_its_retry_decides_it(tmp_path: Path) 
 
 
 def test_missing_bad_or_insufficient_tokens_exit_6(cli: Cli) -> None:
-    assert cli("starts", "list", token="").returncode == 6
-    bad = cli("starts", "list", "--json", token="pn_not-a-token")
+    missing, bad, _ = together(
+        lambda: cli("starts", "list", token=""),
+        lambda: cli("starts", "list", "--json", token="pn_not-a-token"),
+        lambda: cli.json("members", "add", "--subject", "vera", "--role", "viewer"),
+    )
+    assert missing.returncode == 6
     assert bad.returncode == 6, bad.stderr
     assert error_code(bad) == "unauthenticated"
 
-    cli.json("members", "add", "--subject", "vera", "--role", "viewer")
     viewer = cli("tokens", "issue", "--subject", "vera")
     assert viewer.returncode == 0, viewer.stderr
     viewer_token = viewer.stdout.strip()
-    assert cli.json("starts", "list", token=viewer_token) == cli.route("/scheduled-starts")
-    refused = cli(*create_args("by-viewer"), "--json", token=viewer_token)
+    listed, refused = together(
+        lambda: cli.json("starts", "list", token=viewer_token),
+        lambda: cli(*create_args("by-viewer"), "--json", token=viewer_token),
+    )
+    assert listed == cli.route("/scheduled-starts")
     assert refused.returncode == 6, refused.stderr
     assert error_code(refused) == "forbidden"
 
@@ -430,10 +451,13 @@ def test_missing_bad_or_insufficient_tokens_exit_6(cli: Cli) -> None:
 def test_host_commands_use_the_same_exit_codes(cli: Cli) -> None:
     """A refusal of a host command used to exit 1; it exits as its kind says now."""
     cli.json(*create_args("needs-echo"))  # a pending start keeps echo's active version in use
-    in_use = cli.host("definitions", "retire", "echo", "1")
+    in_use, unknown = together(
+        lambda: cli.host("definitions", "retire", "echo", "1"),
+        lambda: cli.host("definitions", "activate", "no-such-workflow", "1"),
+    )
     assert in_use.returncode == 4, in_use.stderr
     assert "in_use" in in_use.stderr
-    assert cli.host("definitions", "activate", "no-such-workflow", "1").returncode == 3
+    assert unknown.returncode == 3
 
 
 # --- runs ----------------------------------------------------------------------------------------
@@ -466,14 +490,19 @@ def test_runs_get_list_cancel_and_terminate(cli: Cli) -> None:
     to_cancel, to_terminate = (
         wait_for("dispatch", functools.partial(run_of, start), 30) for start in started
     )
-    assert cli.json("runs", "get", to_cancel) == cli.route(f"/runs/{to_cancel}")
-    listed = cli.json("runs", "list", "--origin-id", started[0]["id"])
+    got, listed = together(
+        lambda: cli.json("runs", "get", to_cancel),
+        lambda: cli.json("runs", "list", "--origin-id", started[0]["id"]),
+    )
+    assert got == cli.route(f"/runs/{to_cancel}")
     assert listed == cli.route(f"/runs?origin_id={started[0]['id']}")
     assert [run["id"] for run in listed["items"]] == [to_cancel]
 
-    canceled = cli.json("runs", "cancel", to_cancel)
+    canceled, terminated = together(
+        lambda: cli.json("runs", "cancel", to_cancel),
+        lambda: cli.json("runs", "terminate", to_terminate),
+    )
     assert canceled["cancel_requested"] is True
-    terminated = cli.json("runs", "terminate", to_terminate)
     assert terminated["state"] == "terminated"
     assert terminated["error"]["code"] == "terminated"
     human = cli("runs", "get", to_terminate)
@@ -507,9 +536,13 @@ def test_schedules_create_read_pause_resume_and_delete(cli: Cli) -> None:
     assert created["created_by"] == "admin"
     assert created["spec"]["time_zone"] == "Europe/Berlin"
     assert len(created["next_fire_times"]) == 5
-    assert cli.json("schedules", "get", schedule_id) == cli.route(f"/schedules/{schedule_id}")
-    assert cli.json("schedules", "list") == cli.route("/schedules")
-    occurrences = cli.json("schedules", "occurrences", schedule_id)
+    got, listed, occurrences = together(
+        lambda: cli.json("schedules", "get", schedule_id),
+        lambda: cli.json("schedules", "list"),
+        lambda: cli.json("schedules", "occurrences", schedule_id),
+    )
+    assert got == cli.route(f"/schedules/{schedule_id}")
+    assert listed == cli.route("/schedules")
     assert occurrences == cli.route(f"/schedules/{schedule_id}/occurrences")
 
     paused = cli.json("schedules", "pause", schedule_id)
@@ -526,24 +559,17 @@ def test_schedules_create_read_pause_resume_and_delete(cli: Cli) -> None:
 
 
 def test_schedules_preview_prints_the_routes_fire_times(cli: Cli) -> None:
-    preview = cli.json(
-        "schedules",
-        "preview",
-        "--cron",
-        "30 2 * * *",
-        "--time-zone",
-        "Europe/Berlin",
-        "--from",
-        "2026-03-27T00:00:00Z",
-        "--count",
-        "3",
+    zoned = ("--cron", "30 2 * * *", "--time-zone", "Europe/Berlin")
+    preview, both_kinds = together(
+        lambda: cli.json(
+            "schedules", "preview", *zoned, "--from", "2026-03-27T00:00:00Z", "--count", "3"
+        ),
+        lambda: cli("schedules", "preview", "--cron", "* * * * *", "--interval-ms", "60000"),
     )
     query = "cron=30%202%20*%20*%20*&time_zone=Europe/Berlin&from=2026-03-27T00:00:00Z&count=3"
     assert preview == cli.route(f"/schedule-preview?{query}")
     assert [fire["dst_adjustment"] for fire in preview["items"]] == [None, None, "gap_shifted"]
-    assert (
-        cli("schedules", "preview", "--cron", "* * * * *", "--interval-ms", "60000").returncode == 2
-    )
+    assert both_kinds.returncode == 2
 
 
 # --- members, tokens, health ---------------------------------------------------------------------
@@ -555,13 +581,17 @@ def test_members_and_tokens_over_http(cli: Cli) -> None:
     issued = cli.json("tokens", "issue", "--subject", "mia")
     assert issued["subject"] == "mia"
     assert issued["token"]
-    listed = cli.json("tokens", "list")
+    listed, as_member, tokens_as_member = together(
+        lambda: cli.json("tokens", "list"),
+        lambda: cli("starts", "list", token=issued["token"]),
+        lambda: cli("tokens", "list", token=issued["token"]),
+    )
     assert listed == cli.route("/tokens")
     assert issued["id"] in {item["id"] for item in listed["items"]}
     assert all("token" not in item for item in listed["items"])
-    assert cli("starts", "list", token=issued["token"]).returncode == 0
+    assert as_member.returncode == 0
 
-    assert cli("tokens", "list", token=issued["token"]).returncode == 6  # members are not admins
+    assert tokens_as_member.returncode == 6  # members are not admins
     revoked = cli("tokens", "revoke", issued["id"])
     assert revoked.returncode == 0, revoked.stderr
     assert cli("starts", "list", token=issued["token"]).returncode == 6
@@ -610,14 +640,16 @@ def test_health_exits_1_while_degraded_and_acknowledge_clears_it(cli: Cli) -> No
         activated = cli.host("definitions", "activate", "fail", "1")
         assert activated.returncode == 0, activated.stderr
 
-    degraded = cli("health", "--tenant", tenant, "--json", token=token)
+    degraded, human = together(
+        lambda: cli("health", "--tenant", tenant, "--json", token=token),
+        lambda: cli("health", "--tenant", tenant, token=token),
+    )
     assert degraded.returncode == 1, degraded.stderr
     report = json.loads(degraded.stdout)
     route = cli.route("/health", token, tenant)
     assert (report["status"], report["findings"]) == (route["status"], route["findings"])
     assert report["starts"] == route["starts"]
     [finding] = [f for f in report["findings"] if f["subject_id"] == start["id"]]
-    human = cli("health", "--tenant", tenant, token=token)
     assert human.returncode == 1
     assert "status: degraded" in human.stdout
     assert finding["id"] in human.stdout
@@ -664,11 +696,14 @@ def test_trigger_and_backfill(cli: Cli) -> None:
     filled = cli.json("schedules", "backfill", schedule["id"], *keyed)
     assert (filled["generated"], filled["existing"]) == (2, 0)
     assert [item["origin"] for item in filled["items"]] == ["backfill", "backfill"]
-    assert cli.json("schedules", "backfill", schedule["id"], *keyed) == filled  # replayed
-    again = cli.json("schedules", "backfill", schedule["id"], "--from", after, "--to", to)
+    replayed, again, backwards = together(
+        lambda: cli.json("schedules", "backfill", schedule["id"], *keyed),
+        lambda: cli.json("schedules", "backfill", schedule["id"], "--from", after, "--to", to),
+        lambda: cli("schedules", "backfill", schedule["id"], "--from", to, "--to", after, "--json"),
+    )
+    assert replayed == filled
     assert (again["generated"], again["existing"]) == (0, 2)
 
-    backwards = cli("schedules", "backfill", schedule["id"], "--from", to, "--to", after, "--json")
     assert backwards.returncode == 2, backwards.stderr
     assert error_code(backwards) == "backfill_range_invalid"
 
@@ -779,17 +814,19 @@ def test_apply_refuses_a_bad_file_and_writes_nothing(cli: Cli, tmp_path: Path) -
     invalid = tmp_path / "invalid.toml"
     broken_cron = APPLIED.format(message="x").replace("30 2 * * *", "not a cron")
     invalid.write_text(broken_cron + SECOND.replace('"cleanup"', '"fine-one"'))
-    refused = cli("schedules", "apply", str(invalid))
+    no_source = tmp_path / "no-source.toml"
+    no_source.write_text(SECOND)
+    twice = tmp_path / "twice.toml"
+    twice.write_text('source = "s"\n' + SECOND + SECOND)
+    not_toml = tmp_path / "not.toml"
+    not_toml.write_text("source = \n")
+    refused, *others = together(
+        *(
+            functools.partial(cli, "schedules", "apply", str(path))
+            for path in (invalid, no_source, twice, not_toml)
+        )
+    )
     assert refused.returncode == 2, refused.stderr
     assert "reports/nightly: 422 invalid_cron" in refused.stderr
     assert by_name(cli, "fine-one") is None, "a file with an invalid schedule was half applied"
-
-    no_source = tmp_path / "no-source.toml"
-    no_source.write_text(SECOND)
-    assert cli("schedules", "apply", str(no_source)).returncode == 2
-    twice = tmp_path / "twice.toml"
-    twice.write_text('source = "s"\n' + SECOND + SECOND)
-    assert cli("schedules", "apply", str(twice)).returncode == 2
-    not_toml = tmp_path / "not.toml"
-    not_toml.write_text("source = \n")
-    assert cli("schedules", "apply", str(not_toml)).returncode == 2
+    assert [other.returncode for other in others] == [2, 2, 2]

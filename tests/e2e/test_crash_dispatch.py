@@ -38,14 +38,14 @@ CRASH_PLAN: dict[str, list[str | None]] = {
 
 
 def test_runners_killed_during_dispatch_never_lose_or_duplicate_a_run(tmp_path: Path) -> None:
-    with fresh_database(tmp_path) as url, Processes(tmp_path, url) as procs:
+    with fresh_database() as url, Processes(tmp_path, url) as procs:
+        # Started side by side: nothing is due before the starts below are created.
         worker = procs.worker("worker")
-        procs.wait_ready(worker)
         runners = {
             name: procs.serve(name, "runner", crash_at=plan[0]) for name, plan in CRASH_PLAN.items()
         }
-        for runner in runners.values():
-            procs.wait_ready(runner)
+        for managed in (worker, *runners.values()):
+            procs.wait_ready(managed)
         with Supervisor(procs, {n: p[1:] for n, p in CRASH_PLAN.items()}) as supervisor:
             with Creator(url, procs.key_file) as creator:
                 created = creator.spread(DISPATCH_STARTS, utc_in(0.5), DISPATCH_SPREAD_SECONDS)
@@ -86,7 +86,7 @@ def test_a_worker_killed_after_claiming_runs_has_them_retried_by_another(
     tmp_path: Path,
 ) -> None:
     count = 12
-    with fresh_database(tmp_path) as url, Processes(tmp_path, url) as procs:
+    with fresh_database() as url, Processes(tmp_path, url) as procs:
         doomed = procs.worker("worker-doomed", crash_at="after_run_claim:1", slots=4)
         doomed_id = procs.wait_ready(doomed)
         with Creator(url, procs.key_file) as creator:

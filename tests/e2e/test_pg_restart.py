@@ -39,7 +39,7 @@ def test_a_postgres_restart_during_dispatch_is_waited_out(tmp_path: Path) -> Non
         pg.init()
         pg.start()
         url = pg.create_database("punctual")
-        migrate(url, tmp_path)
+        migrate(url)
         with Processes(tmp_path, url) as procs:
             procs.extras.append(lambda: f"===== postgres log (tail) =====\n{pg.log_tail()}")
             server = procs.serve("serve", "runner,worker")

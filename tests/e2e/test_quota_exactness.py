@@ -14,7 +14,6 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
-import json
 import os
 import secrets
 import signal
@@ -37,8 +36,11 @@ import sqlalchemy as sa
 
 from punctual import bootstrap
 from punctual.adapters.crypto import generate_key_file
-from punctual.settings import load_settings
+from punctual.domain.permissions import Role
+from punctual.settings import Settings, load_settings
+from punctual.usecases import identity
 from tests.conftest import IN_CI, PG_SERVER
+from tests.e2e.harness import migrate
 from tests.support.api import register_demo
 
 pytestmark = [pytest.mark.e2e, pytest.mark.postgres]
@@ -101,23 +103,24 @@ class Cluster:
             check=False,
         )
 
-    def token(self, tenant: str, subject: str = "loader") -> str:
-        created = self.cli(
-            "tokens",
-            "create",
-            "--tenant",
-            tenant,
-            "--subject",
-            subject,
-            "--role",
-            "member",
-            "--json",
-            "--database-url",
-            self.database_url,
+    def settings(self) -> Settings:
+        return load_settings(
+            None,
+            profile="production",
+            database_url=self.database_url,
+            quota={"controller": "postgres"},
+            codec={"key_file": str(self.key_file)},
         )
-        assert created.returncode == 0, created.stderr
-        token: str = json.loads(created.stdout)["token"]
-        return token
+
+    def token(self, tenant: str, subject: str = "loader") -> str:
+        """A member token, made by the use case ``punctual tokens create`` runs, in this
+        process (a CLI process would only add its interpreter start)."""
+        system = bootstrap.build(self.settings())
+        try:
+            issued = identity.ensure_member_token(system.services, tenant, subject, Role.MEMBER)
+        finally:
+            system.close()
+        return issued.token
 
     def scalar(self, sql: str, **params: Any) -> Any:
         engine = sa.create_engine(
@@ -155,15 +158,19 @@ class Server:
             assert time.monotonic() < deadline, f"{self.name} never became ready:\n{self.output()}"
             time.sleep(0.1)
 
-    def stop(self) -> None:
+    def terminate(self) -> None:
+        """SIGTERM, without waiting: ``stop`` waits."""
         if self.process.poll() is None:
             with contextlib.suppress(ProcessLookupError):
                 self.process.send_signal(signal.SIGTERM)
-            try:
-                self.process.wait(timeout=STOP_SECONDS)
-            except subprocess.TimeoutExpired:
-                self.process.kill()
-                self.process.wait(timeout=STOP_SECONDS)
+
+    def stop(self) -> None:
+        self.terminate()
+        try:
+            self.process.wait(timeout=STOP_SECONDS)
+        except subprocess.TimeoutExpired:
+            self.process.kill()
+            self.process.wait(timeout=STOP_SECONDS)
         with contextlib.suppress(ProcessLookupError, PermissionError):
             os.killpg(self.process.pid, signal.SIGKILL)
 
@@ -199,6 +206,8 @@ def api_servers(cluster: Cluster, count: int, **env: str | None) -> Iterator[lis
             print(f"\n===== {server.name} (exit {server.process.poll()}) =====\n{server.output()}")
         raise
     finally:
+        for server in servers:  # every shutdown under way before any is waited for
+            server.terminate()
         for server in servers:
             server.stop()
 
@@ -221,17 +230,9 @@ def cluster(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Cluster]:
         key_file = directory / "shared.keys"
         generate_key_file(key_file)
         found = Cluster(directory, url, key_file)
-        upgraded = found.cli("db", "upgrade", "--database-url", url)
-        assert upgraded.returncode == 0, upgraded.stderr
+        migrate(url)
         # No worker runs here: register the demo definitions as a worker would have.
-        settings = load_settings(
-            None,
-            profile="production",
-            database_url=url,
-            quota={"controller": "postgres"},
-            codec={"key_file": str(key_file)},
-        )
-        system = bootstrap.build(settings)
+        system = bootstrap.build(found.settings())
         try:
             register_demo(system)
         finally:

@@ -152,7 +152,7 @@ def test_runner_killed_during_generation_never_loses_or_repeats_an_occurrence(
     seed = random.randrange(1_000_000)
     rng = random.Random(seed)
     print(f"kill moments seed: {seed}")
-    with fresh_database(tmp_path) as url, Processes(tmp_path, url) as procs:
+    with fresh_database() as url, Processes(tmp_path, url) as procs:
         serving = procs.serve("runner", "runner,worker")
         procs.wait_ready(serving)  # it has registered the demo definitions
 

@@ -74,13 +74,14 @@ def test_runner_killed_between_temporal_start_and_record_converges_on_one_execut
 ) -> None:
     with (
         RestartableTemporal(tmp_path / "temporal") as temporal,
-        fresh_database(tmp_path) as url,
+        fresh_database() as url,
         TemporalProcesses(tmp_path, url, temporal.address) as procs,
     ):
         procs.extras.append(temporal.log_tail)
+        # Started side by side: nothing is due before the starts below are created.
         worker = procs.temporal_worker("worker", slots=2)
-        procs.wait_ready(worker)
         runner = procs.serve("runner", "runner", crash_at="after_engine_start:1")
+        procs.wait_ready(worker)
         procs.wait_ready(runner)
 
         with Creator(url, procs.key_file) as creator:
@@ -121,13 +122,13 @@ def test_temporal_down_during_a_burst_dispatches_every_start_once_and_charges_no
 ) -> None:
     with (
         RestartableTemporal(tmp_path / "temporal") as temporal,
-        fresh_database(tmp_path) as url,
+        fresh_database() as url,
         TemporalProcesses(tmp_path, url, temporal.address) as procs,
     ):
         procs.extras.append(temporal.log_tail)
         worker = procs.temporal_worker("worker", slots=2)
-        procs.wait_ready(worker)
         runner = procs.serve("runner", "runner")
+        procs.wait_ready(worker)
         procs.wait_ready(runner)
 
         with Creator(url, procs.key_file) as creator:

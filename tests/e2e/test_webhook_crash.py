@@ -59,6 +59,8 @@ HANG_LIMIT_SECONDS = 60.0
 READY_SECONDS = 40.0
 LEASE_OUT_SECONDS = 70.0
 """The killed delivery's lease (about 12 s from its claim) plus its send, with slack."""
+POLL_SECONDS = 0.05
+"""How often the receiver's loop looks for a shutdown."""
 
 Action = int | None
 
@@ -144,7 +146,10 @@ class ScriptedReceiver:
 
         self._server = ThreadingHTTPServer(("127.0.0.1", 0), Handler)
         self._server.daemon_threads = True
-        self._thread = threading.Thread(target=self._server.serve_forever, daemon=True)
+        # A short poll interval: ``shutdown`` waits for the loop to look, 0.5 s by default.
+        self._thread = threading.Thread(
+            target=self._server.serve_forever, args=(POLL_SECONDS,), daemon=True
+        )
         self._thread.start()
 
     def stop(self) -> None:
@@ -245,11 +250,11 @@ def deliveries_of(api: Api, webhook_id: str) -> dict[str, dict[str, Any]]:
 @contextlib.contextmanager
 def database(kind: str, directory: Path) -> Iterator[str]:
     if kind == "postgres":
-        with fresh_database(directory) as url:
+        with fresh_database() as url:
             yield url
     else:
         url = f"sqlite:///{directory / 'punctual.db'}"
-        migrate(url, directory)
+        migrate(url)
         yield url
 
 
@@ -292,7 +297,7 @@ def test_every_event_arrives_after_a_kill_mid_delivery_and_a_receiver_outage(
             statuses = [o["follow_through"]["status"] for o in ended]
             return True if len(ended) >= 2 and "ok" in statuses else None
 
-        wait_for("two runs to complete at 0.9", baseline_compared, 30, step=0.3)
+        wait_for("two runs to complete at 0.9", baseline_compared, 30, step=0.1)
         current = api.get(f"/schedules/{schedule['id']}")
         api.send(
             "PATCH",
@@ -330,7 +335,7 @@ def test_every_event_arrives_after_a_kill_mid_delivery_and_a_receiver_outage(
             return rows if done else None
 
         deliveries = wait_for(
-            "both deliveries to be delivered", all_delivered, LEASE_OUT_SECONDS, step=0.5
+            "both deliveries to be delivered", all_delivered, LEASE_OUT_SECONDS, step=0.1
         )
         notifications = api.items("/notifications")
         ended = api.items(occurrences)

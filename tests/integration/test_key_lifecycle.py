@@ -15,6 +15,7 @@ from __future__ import annotations
 
 import dataclasses
 import json
+import os
 import re
 import secrets
 import signal
@@ -49,11 +50,9 @@ from tests.e2e.harness import (
     PUNCTUAL,
     STARTUP_SECONDS,
     STOP_SECONDS,
-    clean_env,
     free_port,
     fresh_database,
     punctual_env,
-    run_cli,
 )
 from tests.e2e.harness import migrate as migrate_database
 from tests.e2e.harness import wait_for as harness_wait_for
@@ -127,6 +126,19 @@ def punctual(database_url: str, *args: str, key_file: Path | None = None) -> tup
     result = CliRunner().invoke(cli, ["keys", *args, "--database-url", database_url], env=env)
     # With --json, stdout is the document; the one-line error goes to stderr as always.
     return result.exit_code, result.stdout if "--json" in args else result.output
+
+
+def host_command(*args: str) -> subprocess.CompletedProcess[str]:
+    """``punctual keys ...`` as the fleet's operator types it, run in this process with
+    none of its ``PUNCTUAL_*`` settings: the command only reads and writes the store and
+    key files, so a process of its own would add nothing but an interpreter start."""
+    unset: dict[str, str | None] = {
+        name: None for name in os.environ if name.upper().startswith("PUNCTUAL_")
+    }
+    result = CliRunner().invoke(cli, list(args), env=unset)
+    if result.exception is not None and not isinstance(result.exception, SystemExit):
+        raise result.exception
+    return subprocess.CompletedProcess(list(args), result.exit_code, result.stdout, result.stderr)
 
 
 def keys_file_command(*args: str) -> tuple[int, str]:
@@ -844,29 +856,28 @@ class Fleet:
 
         return harness_wait_for(f"{proc.name} to be ready", ready, STARTUP_SECONDS)
 
-    def stop(self, proc: Proc) -> None:
-        popen = proc.popen
-        if popen is None or popen.poll() is not None:
-            return
-        popen.send_signal(signal.SIGTERM)
-        try:
-            popen.wait(timeout=STOP_SECONDS)
-        except subprocess.TimeoutExpired:
-            popen.kill()
-            popen.wait(timeout=STOP_SECONDS)
+    def stop(self, *procs: Proc) -> None:
+        """SIGTERM to each, then wait for each: their graceful shutdowns overlap."""
+        live = [p.popen for p in procs if p.popen is not None and p.popen.poll() is None]
+        for popen in live:
+            popen.send_signal(signal.SIGTERM)
+        for popen in live:
+            try:
+                popen.wait(timeout=STOP_SECONDS)
+            except subprocess.TimeoutExpired:
+                popen.kill()
+                popen.wait(timeout=STOP_SECONDS)
 
-    def restart(self, proc: Proc) -> Proc:
-        self.stop(proc)
-        return self.start(proc)
+    def restart(self, *procs: Proc) -> None:
+        self.stop(*procs)
+        for proc in procs:
+            self.start(proc)
 
     def cli(self, *args: str) -> subprocess.CompletedProcess[str]:
-        return run_cli(
-            *args, "--database-url", self.database_url, env=clean_env(), cwd=self.directory
-        )
+        return host_command(*args, "--database-url", self.database_url)
 
     def close(self) -> None:
-        for proc in reversed(list(self.procs.values())):
-            self.stop(proc)
+        self.stop(*reversed(list(self.procs.values())))
 
     def describe(self) -> str:
         return "\n".join(
@@ -878,11 +889,11 @@ class Fleet:
 def shared_database(request: pytest.FixtureRequest, tmp_path: Path) -> Iterator[str]:
     """A migrated database for real processes: a SQLite file or a new PostgreSQL one."""
     if request.param == "postgres":
-        with fresh_database(tmp_path) as url:
+        with fresh_database() as url:
             yield url
         return
     url = f"sqlite:///{tmp_path / 'shared.db'}"
-    migrate_database(url, tmp_path)
+    migrate_database(url)
     yield url
 
 
@@ -947,10 +958,10 @@ def test_rotation_across_processes_started_from_different_key_files(
     fleet = Fleet(tmp_path, shared_database)
     try:
         api_a = fleet.serve("api-a", "api,runner", file_a)
-        fleet.wait_ready(api_a)  # first: it creates tenant default with the dev token
         worker_a = fleet.worker("worker-a", "standard", file_a)
-        api_b = fleet.serve("api-b", "api", file_b)
         worker_b = fleet.worker("worker-b", "batch", file_b)
+        fleet.wait_ready(api_a)  # before B's API: A's creates tenant default with the dev token
+        api_b = fleet.serve("api-b", "api", file_b)
         worker_a_id = fleet.wait_ready(worker_a)
         fleet.wait_ready(api_b)
         fleet.wait_ready(worker_b)
@@ -969,21 +980,11 @@ def test_rotation_across_processes_started_from_different_key_files(
             before = echo_run(client, api_b.port, "standard", "sealed with k1 by B")
             completed_run(client, api_b.port, before)
 
-            added = run_cli(
-                "keys",
-                "create",
-                "--key-file",
-                str(file_b),
-                "--id",
-                "k2",
-                "--from",
-                str(file_a),
-                env=clean_env(),
-                cwd=tmp_path,
+            added = host_command(
+                "keys", "create", "--key-file", str(file_b), "--id", "k2", "--from", str(file_a)
             )
             assert added.returncode == 0, added.stderr
-            fleet.restart(api_b)
-            fleet.restart(worker_b)
+            fleet.restart(api_b, worker_b)
             fleet.wait_ready(api_b)
             worker_b_id = fleet.wait_ready(worker_b)
 

@@ -70,8 +70,16 @@ def wait_until_ready(address: str, process: subprocess.Popen[bytes], timeout: fl
             raise RuntimeError(f"temporal server exited with code {process.returncode}")
         if asyncio.run(_answers(address)):
             return
-        time.sleep(0.2)
+        time.sleep(0.05)
     raise RuntimeError(f"temporal server at {address} did not answer within {timeout:g} s")
+
+
+def discard(process: subprocess.Popen[bytes]) -> None:
+    """SIGKILL and reap: for a server whose data nothing reads again, an orderly stop
+    (about 1.5 s) buys nothing."""
+    if process.poll() is None:
+        process.kill()
+        process.wait(timeout=10)
 
 
 def stop(process: subprocess.Popen[bytes]) -> None:
@@ -128,4 +136,4 @@ def dev_server(workdir: Path) -> Iterator[str]:
                 _unavailable(f"{exc}; server log:\n{tail}")
             yield address
         finally:
-            stop(process)
+            discard(process)

@@ -11,6 +11,7 @@ from dataclasses import dataclass
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 
 REDIRECT_PATH = "/moved"
+SHUTDOWN_POLL_SECONDS = 0.05
 
 
 @dataclass(frozen=True)
@@ -67,7 +68,10 @@ class Receiver:
         if tls is not None:
             self._server.socket = tls.wrap_socket(self._server.socket, server_side=True)
         self.port = self._server.server_address[1]
-        self._thread = threading.Thread(target=self._server.serve_forever, daemon=True)
+        # ``stop`` waits for the loop to notice the shutdown: it looks every 0.5 s by default.
+        self._thread = threading.Thread(
+            target=self._server.serve_forever, args=(SHUTDOWN_POLL_SECONDS,), daemon=True
+        )
         self._thread.start()
 
     def stop(self) -> None:
