@@ -8,6 +8,9 @@ holds the active key and the keys it moves off.
 Exit codes (API.md, "The CLI over HTTP"): 0 success, 2 usage, validation or configuration,
 3 not found, 4 conflict (a refusal: a live process lacks the key, the key is still
 needed), 5 the database is unavailable.
+
+The store and the composition root are imported inside the commands that use them (see
+``punctual.cli.main``).
 """
 
 from __future__ import annotations
@@ -16,15 +19,12 @@ import json
 from collections.abc import Iterator
 from contextlib import contextmanager
 from pathlib import Path
-from typing import Annotated, Any
+from typing import TYPE_CHECKING, Annotated, Any
 
 import typer
 
-from punctual import bootstrap
 from punctual.adapters import crypto
 from punctual.adapters.clock import SystemClock
-from punctual.adapters.stores.sql import migrate
-from punctual.adapters.stores.sql.store import SqlStore
 from punctual.errors import (
     BadRequest,
     ConfigurationError,
@@ -36,6 +36,9 @@ from punctual.errors import (
 )
 from punctual.settings import Settings, load_settings
 from punctual.usecases import keys
+
+if TYPE_CHECKING:
+    from punctual.adapters.stores.sql.store import SqlStore
 
 keys_app = typer.Typer(
     help="Codec keys: create, activate, check, rewrap, retire.", no_args_is_help=True
@@ -79,6 +82,9 @@ def _emit(data: Any, as_json: bool, human: str) -> None:
 @contextmanager
 def _store(settings: Settings) -> Iterator[SqlStore]:
     """The store alone, at the current schema: activation and checks need no key ring."""
+    from punctual.adapters.stores.sql import migrate
+    from punctual.adapters.stores.sql.store import SqlStore
+
     store = SqlStore(settings.database_url)
     try:
         migrate.check_current(store)
@@ -205,6 +211,8 @@ def rewrap(
     database_url: DbOpt = None,
 ) -> None:
     """Seal stored input and webhook URLs and secrets again with the active key."""
+    from punctual import bootstrap
+
     with _handled(as_json):
         system = bootstrap.build(load_settings(config, database_url=database_url))
         try:

@@ -9,6 +9,10 @@ token). Tenant commands (``starts``, ``schedules``, ``runs``, ``health``, ``memb
 Exit codes (API.md "The CLI over HTTP"), the same for every command: 0 success, 1 the
 health report is unhealthy, 2 usage, validation or configuration error, 3 not found,
 4 conflict (a refusal), 5 unavailable or undecided, 6 not authenticated or not allowed.
+
+Host commands import the composition root (``bootstrap``: SQLAlchemy, FastAPI, Alembic,
+about a second) inside the command, so a tenant command, which speaks only HTTP, starts
+without it.
 """
 
 from __future__ import annotations
@@ -22,14 +26,10 @@ import threading
 import time
 from collections.abc import Iterator
 from contextlib import contextmanager
-from typing import Annotated, Any
+from typing import TYPE_CHECKING, Annotated, Any
 
 import typer
 
-from punctual import bootstrap
-from punctual.adapters.stores.sql import migrate
-from punctual.adapters.stores.sql.store import SqlStore
-from punctual.cli import asgi
 from punctual.cli.keys import keys_app
 from punctual.cli.retention import retention_app
 from punctual.cli.schedules import schedules_app
@@ -51,6 +51,9 @@ from punctual.errors import (
 )
 from punctual.settings import Settings, load_settings
 from punctual.usecases import definitions, identity
+
+if TYPE_CHECKING:
+    from punctual.bootstrap import Punctual
 
 app = typer.Typer(
     name="punctual",
@@ -146,6 +149,8 @@ def serve(
     if workers > 1:
         _serve_api_processes(config, database_url, host, port, workers, wanted, dev_token)
         return
+    from punctual import bootstrap
+
     with _handled():
         settings = _settings(config, database_url)
         system = bootstrap.build(settings)
@@ -184,6 +189,9 @@ def _serve_api_processes(
     processes (``--components runner,worker``)."""
     import uvicorn
 
+    from punctual import bootstrap
+    from punctual.cli import asgi
+
     if wanted != {"api"}:
         typer.echo("error: --workers needs --components api", err=True)
         raise typer.Exit(2)
@@ -213,7 +221,7 @@ def _serve_api_processes(
     )
 
 
-def _serve_internal(system: bootstrap.Punctual) -> bool:
+def _serve_internal(system: Punctual) -> bool:
     """Serve the ``/internal`` tree on ``internal_listen`` (SEC-3), in a thread beside the
     API; False when it is not set (the API's address serves it, if there is a token)."""
     import uvicorn
@@ -235,7 +243,7 @@ def _serve_internal(system: bootstrap.Punctual) -> bool:
     return True
 
 
-def _bootstrap_default_tenant(system: bootstrap.Punctual, dev_token: str | None) -> None:
+def _bootstrap_default_tenant(system: Punctual, dev_token: str | None) -> None:
     """First start: tenant ``default`` with an admin token (``--dev-token`` or a new one)."""
     with _handled():
         issued = identity.bootstrap_default_tenant(system.services, dev_token)
@@ -273,6 +281,8 @@ def worker(
     if engine not in (None, "local", "temporal"):
         typer.echo(f"error: --engine must be local or temporal, not {engine!r}", err=True)
         raise typer.Exit(2)
+    from punctual import bootstrap
+
     with _handled():
         settings = _settings(config, database_url)
         if engine is not None and engine != settings.engine:
@@ -290,6 +300,9 @@ def worker(
 @db_app.command("upgrade")
 def db_upgrade(config: ConfigOpt = None, database_url: DbOpt = None) -> None:
     """Migrate the database to this version's schema."""
+    from punctual.adapters.stores.sql import migrate
+    from punctual.adapters.stores.sql.store import SqlStore
+
     with _handled():
         settings = _settings(config, database_url)
         store = SqlStore(settings.database_url)
@@ -309,7 +322,7 @@ def tokens_create(
 ) -> None:
     """Create a tenant member if needed and print a new token for it."""
     with _handled():
-        system = bootstrap.build(_settings(config, database_url))
+        system = _system(config, database_url)
         try:
             issued = identity.ensure_member_token(system.services, tenant, subject, role)
         finally:
@@ -321,7 +334,9 @@ def tokens_create(
     )
 
 
-def _system(config: str | None, database_url: str | None) -> bootstrap.Punctual:
+def _system(config: str | None, database_url: str | None) -> Punctual:
+    from punctual import bootstrap
+
     return bootstrap.build(_settings(config, database_url))
 
 

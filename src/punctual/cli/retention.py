@@ -13,7 +13,6 @@ from typing import Annotated, Any
 
 import typer
 
-from punctual import bootstrap
 from punctual.domain.retention import RecordKind
 from punctual.domain.timeutil import to_rfc3339
 from punctual.errors import ConfigurationError, Unavailable
@@ -33,6 +32,8 @@ def plan(
     ] = None,
 ) -> None:
     """Print what the next sweep would remove, per tenant and kind, removing nothing."""
+    from punctual import bootstrap  # inside: see punctual.cli.main
+
     try:
         settings = load_settings(config, database_url=database_url)
         system = bootstrap.build(settings)
