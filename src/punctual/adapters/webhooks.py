@@ -17,6 +17,7 @@ by itself soon after (its own reads are bounded by the same deadline).
 
 from __future__ import annotations
 
+import functools
 import logging
 import socket
 import ssl
@@ -83,6 +84,13 @@ def system_resolver(host: str, port: int) -> list[str]:
     return addresses
 
 
+@functools.cache
+def _default_tls() -> ssl.SSLContext:
+    """The system's trust store, loaded once per process: loading it costs some 15 ms,
+    and one client context serves every sender and thread."""
+    return httpx.create_ssl_context(trust_env=False)
+
+
 @dataclass(frozen=True)
 class _Checked:
     target: Target
@@ -119,7 +127,7 @@ class HttpWebhookSender:
         self._connect_timeout = connect_timeout
         self._total_timeout = total_timeout
         self._max_answer_bytes = max_answer_bytes
-        self._tls = tls or httpx.create_ssl_context(trust_env=False)
+        self._tls = tls or _default_tls()
 
     def destination_problem(self, url: str) -> str | None:
         deadline = time.monotonic() + self._total_timeout

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import functools
 from pathlib import Path
 
 import sqlalchemy as sa
@@ -24,7 +25,17 @@ def _config(connection: sa.Connection | None = None) -> Config:
 
 
 def head_revision() -> str:
-    head = ScriptDirectory.from_config(_config()).get_current_head()
+    """This version's schema revision."""
+    return _head_of(MIGRATIONS)
+
+
+@functools.cache
+def _head_of(location: Path) -> str:
+    """Read once per process and location: Alembic compiles every migration file to find
+    the head, and the files ship with the code."""
+    config = Config()
+    config.set_main_option("script_location", str(location))
+    head = ScriptDirectory.from_config(config).get_current_head()
     assert head is not None
     return head
 
