@@ -52,8 +52,10 @@ def claim_runs(
     stays ``pending`` for a worker that has it (never executed twice, never charged an
     attempt here), bounded by the pending timeout.
     """
-    now = services.clock.now()
     with services.store.transaction() as tx:
+        # Read once the transaction holds SQLite's write lock: a run created while this
+        # claim waited for it is never claimed "before" it was created.
+        now = services.clock.now()
         claimed = tx.runs.claim_pending(
             worker_id,
             task_queues,
