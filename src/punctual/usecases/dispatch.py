@@ -135,8 +135,8 @@ def dispatch_due(services: Services, runner_id: str, page_size: int) -> Dispatch
     """One pass over at most ``page_size`` due starts. Raises ``Unavailable`` on outages,
     after recording what it could and giving back the rest of its claims uncharged."""
     policy = services.policy
-    now = services.clock.now()
     with services.store.transaction() as tx:
+        now = services.clock.now()  # with SQLite's write lock held, as in ``claim_runs``
         claims = tx.starts.claim_due(now, page_size, runner_id, policy.lease_seconds)
     report = DispatchReport(claimed=len(claims))
     if not claims:
