@@ -23,9 +23,11 @@ lint: $(STAMP)
 	$(BIN)/mypy
 	$(BIN)/lint-imports
 
-## test: every check and every test (SQLite always; PostgreSQL and Temporal when reachable, required with CI=true)
+## test: every check and every test (SQLite always; PostgreSQL and Temporal when reachable, required with CI=true),
+## in TEST_WORKERS processes (a test file stays in one process; TEST_WORKERS=0 runs them in this one)
+TEST_WORKERS ?= 2
 test: lint
-	$(BIN)/python -m pytest
+	$(BIN)/python -m pytest -n $(TEST_WORKERS) --dist loadfile
 
 ## unit: the fast tests only
 unit: $(STAMP)
