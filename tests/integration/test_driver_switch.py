@@ -4,8 +4,9 @@ On PostgreSQL with the Temporal engine and a real ``temporal server start-dev``:
 fired by one driver is opened again under the other. To ``temporal_schedules`` the
 startup sweep ensures every existing schedule (paused exactly when disabled); back to
 ``sql`` the runner's one-shot sweep removes the Temporal Schedules this installation
-marked (never an unmarked one) and forgets the sync records, and the generation pass
-fires again from each schedule's cursor. Across either switch no occurrence_at fires
+marked (never an unmarked one), terminates the fire workflows they left open (never
+another's) and forgets the sync records, and the generation pass fires again from each
+schedule's cursor. Across either switch no occurrence_at fires
 twice and every occurrence is one run.
 """
 
@@ -13,6 +14,7 @@ from __future__ import annotations
 
 import asyncio
 import logging
+import re
 import uuid
 from collections.abc import Iterator
 from datetime import UTC, datetime, timedelta
@@ -30,6 +32,10 @@ from temporalio.client import (
 
 from punctual import bootstrap
 from punctual.adapters.drivers.temporal_schedules.driver import TemporalSchedulesDriver
+from punctual.adapters.drivers.temporal_schedules.messages import (
+    FIRE_WORKFLOW,
+    WORKFLOW_ID_PREFIX,
+)
 from punctual.ports.driver import SyncRecord, SyncState
 from punctual.ports.engine import EngineUnavailable
 from punctual.usecases import driver_switch
@@ -202,6 +208,25 @@ async def _create_unmarked(address: str, schedule_id: str) -> None:
     )
 
 
+async def _start_foreign_fire(address: str, workflow_id: str) -> None:
+    """A fire workflow of a schedule this installation never had, on a queue nobody polls."""
+    client = await Client.connect(address, namespace=NAMESPACE)
+    await client.start_workflow(
+        FIRE_WORKFLOW, {"schedule_id": "not-ours"}, id=workflow_id, task_queue="elsewhere"
+    )
+
+
+async def _open_fires(address: str) -> list[str]:
+    client = await Client.connect(address, namespace=NAMESPACE)
+    query = f'WorkflowType = "{FIRE_WORKFLOW}" AND ExecutionStatus = "Running"'
+    return [execution.id async for execution in client.list_workflows(query)]
+
+
+async def _terminate(address: str, workflow_id: str) -> None:
+    client = await Client.connect(address, namespace=NAMESPACE)
+    await client.get_workflow_handle(workflow_id).terminate(reason="test over")
+
+
 def test_temporal_schedules_to_sql_removes_the_marked_schedules_and_fires_from_the_cursor(
     pg_url: str, tmp_path: Path, temporal_address: str, caplog: pytest.LogCaptureFixture
 ) -> None:
@@ -209,6 +234,8 @@ def test_temporal_schedules_to_sql_removes_the_marked_schedules_and_fires_from_t
     prefix = new_prefix()
     foreign = f"someone-else-{uuid.uuid4().hex[:8]}"
     asyncio.run(_create_unmarked(temporal_address, foreign))
+    foreign_fire = f"{WORKFLOW_ID_PREFIX}sch_{uuid.uuid4().hex[:24]}-2026-12-01T00:00:00Z"
+    asyncio.run(_start_foreign_fire(temporal_address, foreign_fire))
     driven = temporal_settings(pg_url, tmp_path, temporal_address, TEMPORAL_SCHEDULES, prefix)
     with firing(driven) as before:
         installation = temporal_driver_of(before.system).installation_id
@@ -222,6 +249,12 @@ def test_temporal_schedules_to_sql_removes_the_marked_schedules_and_fires_from_t
     # No process takes Temporal's fires from here on: later instants are the SQL pass's.
     temporal_stopped = datetime.now(UTC) + timedelta(seconds=1)
     ids = [ticking["id"], paused["id"], unfinished["id"]]
+    ticking_fires = f"{WORKFLOW_ID_PREFIX}{ticking['id']}-"
+
+    def left_open() -> bool:
+        return any(i.startswith(ticking_fires) for i in asyncio.run(_open_fires(temporal_address)))
+
+    poll("a fire workflow that nobody takes", left_open)
     inspect = TemporalSchedulesDriver(temporal_address, NAMESPACE, installation)
     try:
         assert all(v.present for v in inspect.describe_many(ids).values())
@@ -253,7 +286,13 @@ def test_temporal_schedules_to_sql_removes_the_marked_schedules_and_fires_from_t
             api = after.api
             assert isinstance(after.system.services.driver, SqlDriver)
             [line] = [m for m in caplog.messages if "event=driver_switched" in m]
-            assert "removed=3 forgotten=3" in line
+            assert "removed=3 " in line and " forgotten=3" in line
+            ended = re.search(r" ended=(\d+) ", line)
+            assert ended is not None and int(ended.group(1)) >= 1, line
+            # Its open fire workflows are gone; another installation's is left running.
+            still_open = asyncio.run(_open_fires(temporal_address))
+            assert not [i for i in still_open if i.startswith(ticking_fires)], still_open
+            assert foreign_fire in still_open
             views = inspect.describe_many([*ids, foreign])
             assert not any(views[i].present for i in ids)
             assert views[foreign].present and not views[foreign].marked
@@ -275,3 +314,4 @@ def test_temporal_schedules_to_sql_removes_the_marked_schedules_and_fires_from_t
             assert occurrences(api, unfinished["id"]) == []
     finally:
         inspect.close()
+        asyncio.run(_terminate(temporal_address, foreign_fire))

@@ -14,6 +14,8 @@ stays the source of truth. Its promises:
   installation's mark (and never one without it);
 * ``fire_times`` answers, per schedule, the fire times the driver's own copy of the spec
   yields in a window, as the driver matches them (what its decisions are about);
+* ``end_fires`` stops the fire actions the driver started for the given schedules that are
+  still open (a switch away from the driver: nothing takes them any more);
 * a driver that cannot be reached raises ``EngineUnavailable``.
 
 ``ScheduleSync`` is the store's side: the installation id, and per schedule the sync state,
@@ -171,6 +173,10 @@ class Driver(Protocol):
         """Per schedule id, the fire times its copy's spec yields in ``(start, end]``,
         ascending, at most ``FIRE_TIMES_LIMIT`` of them (a full answer may stop before
         ``end``); an id the driver does not hold or cannot match answers ``[]``."""
+
+    def end_fires(self, schedule_ids: Sequence[str]) -> int:
+        """Stop every fire action of these schedules that is still open, and only theirs;
+        the number stopped."""
 
 
 class ScheduleSync(Protocol):

@@ -73,6 +73,9 @@ class SqlDriver:
     ) -> dict[str, list[datetime]]:
         return {}
 
+    def end_fires(self, schedule_ids: Sequence[str]) -> int:
+        return 0
+
 
 class NullEvents:
     def emit(self, event: Event) -> None:

@@ -18,6 +18,9 @@ records. Then, once, when the runner starts:
 * every Temporal Schedule carrying this installation's mark is removed, else Temporal
   would keep firing into a store that fires by itself: those the sync records name and
   those Temporal lists with the mark. One without the mark is never touched;
+* then the fire workflows those schedules started that are still open are terminated: no
+  process takes them under ``sql``, and a later switch back to ``temporal_schedules``
+  would fire their instants late, whatever the generation pass decided for them since;
 * the sync records are forgotten, last: a sweep cut short (Temporal unreachable) leaves
   them, and the next start sweeps again (every step above is idempotent).
 """
@@ -48,6 +51,8 @@ class SwitchReport:
     """Records of unfinished creates removed."""
     removed: int
     """Marked Temporal Schedules removed."""
+    ended: int
+    """Open fire workflows of those schedules terminated."""
     forgotten: int
     """Sync records forgotten."""
 
@@ -71,19 +76,21 @@ def switch_to_sql(services: Services, former: Driver) -> SwitchReport:
     owned = [i for i, view in views.items() if view.present and view.marked]
     for schedule_id in owned:
         former.remove(schedule_id)
+    ended = former.end_fires(sorted(set(recorded) | set(owned)))
     with services.store.transaction() as tx:
         for schedule_id in recorded:
             tx.schedule_sync.forget(schedule_id)
     if resumed:
         services.on_due_change()
-    report = SwitchReport(resumed, settled, len(owned), len(recorded))
+    report = SwitchReport(resumed, settled, len(owned), ended, len(recorded))
     log.info(
-        "event=driver_switched driver=sql resumed=%d settled=%d removed=%d forgotten=%d "
-        "note=this installation's Temporal Schedules are removed; the runner's generation "
-        "pass fires schedules from their cursors",
+        "event=driver_switched driver=sql resumed=%d settled=%d removed=%d ended=%d "
+        "forgotten=%d note=this installation's Temporal Schedules are removed; the runner's "
+        "generation pass fires schedules from their cursors",
         report.resumed,
         report.settled,
         report.removed,
+        report.ended,
         report.forgotten,
     )
     return report

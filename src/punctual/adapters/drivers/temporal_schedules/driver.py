@@ -105,12 +105,23 @@ def _actions_since(info: ScheduleInfo) -> datetime | None:
     return min(result.schedule_time.ToDatetime(tzinfo=UTC) for result in info.recent_actions)
 
 
+_STAMP = "2000-01-01T00:00:00Z"
+"""The shape of the fire time Temporal appends to an action's workflow id, after a dash."""
+
+
 def _fire_time_in(workflow_id: str) -> datetime | None:
-    stamp = workflow_id[-len("2000-01-01T00:00:00Z") :]
+    stamp = workflow_id[-len(_STAMP) :]
     try:
         return datetime.strptime(stamp, "%Y-%m-%dT%H:%M:%SZ").replace(tzinfo=UTC)
     except ValueError:
         return None
+
+
+def _schedule_of(workflow_id: str) -> str | None:
+    """The schedule id in a fire action's workflow id (``fire-<schedule id>-<fire time>``)."""
+    if not workflow_id.startswith(WORKFLOW_ID_PREFIX) or _fire_time_in(workflow_id) is None:
+        return None
+    return workflow_id[len(WORKFLOW_ID_PREFIX) : -len(_STAMP) - 1] or None
 
 
 class TemporalSchedulesDriver:
@@ -203,6 +214,34 @@ class TemporalSchedulesDriver:
 
         rounds = 1 + len(windows) // self._concurrency
         return self._call(match_all(), f"matching fire times of {len(windows)} schedule(s)", rounds)
+
+    def end_fires(self, schedule_ids: Sequence[str]) -> int:
+        wanted = set(schedule_ids)
+        if not wanted:
+            return 0
+        query = f'WorkflowType = "{FIRE_WORKFLOW}" AND ExecutionStatus = "Running"'
+
+        async def ending() -> int:
+            client = await self._connected()
+            ended = 0
+            async for execution in client.list_workflows(query, rpc_timeout=self._rpc_timeout):
+                if _schedule_of(execution.id) not in wanted:
+                    continue  # another installation's, or a schedule not switched
+                handle = client.get_workflow_handle(execution.id, run_id=execution.run_id)
+                try:
+                    await handle.terminate(
+                        reason="punctual switched this schedule to the sql driver",
+                        rpc_timeout=self._rpc_timeout,
+                    )
+                except RPCError as exc:
+                    if exc.status is not RPCStatusCode.NOT_FOUND:
+                        raise
+                    continue  # it closed meanwhile
+                ended += 1
+            return ended
+
+        rounds = 4 + len(wanted) // self._concurrency
+        return self._call(ending(), "ending open fire workflows", rounds)
 
     # ---- for tests and operators -----------------------------------------------------
 
