@@ -5,6 +5,9 @@ PostgreSQL: each test session creates its own database on the server at
 ``PUNCTUAL_TEST_PG`` (default ``postgresql://postgres@127.0.0.1:5432/test``), migrates it
 once, and truncates every table before each test. Locally an unreachable server skips
 the PostgreSQL half; with ``CI=true`` it fails instead.
+
+Temporal: ``temporal_address`` is a dev server of the test module's own (the API and
+contract suites share one per session instead, in their conftests).
 """
 
 from __future__ import annotations
@@ -29,6 +32,7 @@ from punctual.adapters.stores.sql import migrate
 from punctual.adapters.stores.sql.store import SqlStore
 from punctual.adapters.stores.sql.tables import metadata
 from punctual.settings import Settings, load_settings
+from tests.support.temporal import dev_server
 
 _real_getaddrinfo = socket.getaddrinfo
 
@@ -123,6 +127,13 @@ def _truncate(url: str) -> None:
         for (sequence,) in conn.exec_driver_sql(drawn).all():
             conn.exec_driver_sql(f'ALTER SEQUENCE "{sequence}" RESTART')
     engine.dispose()
+
+
+@pytest.fixture(scope="module")
+def temporal_address(tmp_path_factory: pytest.TempPathFactory) -> Iterator[str]:
+    """``host:port`` of a Temporal dev server started for this test module."""
+    with dev_server(tmp_path_factory.mktemp("temporal")) as address:
+        yield address
 
 
 @pytest.fixture(scope="session")

@@ -27,7 +27,7 @@ import logging
 import threading
 import time
 import uuid
-from collections.abc import Callable, Iterator, Sequence
+from collections.abc import Callable, Sequence
 from datetime import datetime
 from typing import Any
 
@@ -62,7 +62,7 @@ from tests.contract.test_engine_contract import (
     wait_temporal_status,
 )
 from tests.integration.test_temporal_ledger import RefusingLedger
-from tests.support.temporal import dev_server, free_port
+from tests.support.temporal import free_port
 
 __all__ = ["harness"]  # the contract's fixture, used here on the temporal engine only
 
@@ -70,12 +70,6 @@ pytestmark = [
     pytest.mark.temporal,
     pytest.mark.parametrize("harness", ["temporal"], indirect=True),
 ]
-
-
-@pytest.fixture(scope="module")
-def temporal_address(tmp_path_factory: pytest.TempPathFactory) -> Iterator[str]:
-    with dev_server(tmp_path_factory.mktemp("temporal")) as address:
-        yield address
 
 
 class Unreachable:

@@ -16,7 +16,6 @@ import asyncio
 import logging
 import re
 import uuid
-from collections.abc import Iterator
 from datetime import UTC, datetime, timedelta
 from pathlib import Path
 from typing import Any
@@ -58,18 +57,12 @@ from tests.support.drivers import (
     temporal_driver_of,
     temporal_settings,
 )
-from tests.support.temporal import NAMESPACE, dev_server
+from tests.support.temporal import NAMESPACE
 
 pytestmark = [pytest.mark.temporal, pytest.mark.postgres]
 
 YEARLY = {"cron": "0 0 1 1 *", "time_zone": "UTC"}
 TOKYO = {"cron": "0 9,17 * * 1-5", "time_zone": "Asia/Tokyo"}
-
-
-@pytest.fixture(scope="module")
-def temporal_address(tmp_path_factory: pytest.TempPathFactory) -> Iterator[str]:
-    with dev_server(tmp_path_factory.mktemp("driver-switch")) as address:
-        yield address
 
 
 def at(timestamp: str) -> datetime:

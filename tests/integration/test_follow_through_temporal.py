@@ -21,18 +21,11 @@ from punctual.domain.permissions import Role
 from punctual.embedded import Scheduler
 from tests.api.test_starts_on_temporal import temporal_settings
 from tests.integration.test_follow_through_paths import SCORE, TENANT, fire_and_end
-from tests.support.temporal import dev_server
 
 pytestmark = pytest.mark.temporal
 
 APP_REF = "punctual.demo:app"
 WAIT_SECONDS = 30.0
-
-
-@pytest.fixture(scope="module")
-def temporal_address(tmp_path_factory: pytest.TempPathFactory) -> Iterator[str]:
-    with dev_server(tmp_path_factory.mktemp("temporal-follow-through")) as address:
-        yield address
 
 
 @pytest.fixture

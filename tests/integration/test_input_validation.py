@@ -35,15 +35,9 @@ from tests.integration.test_protected_input import (
     worker_settings,
 )
 from tests.support.api import Api, in_process, member_api
-from tests.support.temporal import NAMESPACE, dev_server
+from tests.support.temporal import NAMESPACE
 
 APP_REF = "tests.integration.validation_app:app"
-
-
-@pytest.fixture(scope="module")
-def temporal_address(tmp_path_factory: pytest.TempPathFactory) -> Iterator[str]:
-    with dev_server(tmp_path_factory.mktemp("temporal-validation")) as address:
-        yield address
 
 
 @pytest.fixture(params=["local", pytest.param("temporal", marks=pytest.mark.temporal)])

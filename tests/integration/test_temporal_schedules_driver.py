@@ -42,7 +42,7 @@ from tests.api.test_starts_on_temporal import temporal_settings
 from tests.support.api import Api, future, in_process, member_api, register_demo
 from tests.support.drivers import poll
 from tests.support.drivers import temporal_driver_of as driver_of
-from tests.support.temporal import NAMESPACE, dev_server
+from tests.support.temporal import NAMESPACE
 
 pytestmark = [pytest.mark.temporal, pytest.mark.postgres]
 
@@ -63,12 +63,6 @@ EXAMPLE = {
     "workload_class": "standard",
     "regression": {"metrics": [{"path": "metrics.score", "better": "higher", "tolerance": 0.0}]},
 }
-
-
-@pytest.fixture(scope="module")
-def temporal_address(tmp_path_factory: pytest.TempPathFactory) -> Iterator[str]:
-    with dev_server(tmp_path_factory.mktemp("temporal-schedules")) as address:
-        yield address
 
 
 def driver_settings(pg_url: str, tmp_path: Path, address: str) -> Any:

@@ -31,18 +31,12 @@ from tests.api.test_starts_on_temporal import temporal_settings
 from tests.support.api import Api, in_process, member_api, register_demo
 from tests.support.drivers import poll
 from tests.support.drivers import temporal_driver_of as driver_of
-from tests.support.temporal import NAMESPACE, dev_server
+from tests.support.temporal import NAMESPACE
 
 pytestmark = [pytest.mark.temporal, pytest.mark.postgres]
 
 APP_REF = "punctual.demo:app"
 WAIT_SECONDS = 30.0
-
-
-@pytest.fixture(scope="module")
-def temporal_address(tmp_path_factory: pytest.TempPathFactory) -> Iterator[str]:
-    with dev_server(tmp_path_factory.mktemp("temporal-skips")) as address:
-        yield address
 
 
 @pytest.fixture

@@ -22,18 +22,12 @@ from tests.api.test_starts_on_temporal import temporal_settings
 from tests.integration.test_trace_context import TRACEPARENT, start_traced
 from tests.integration.test_worker_runs import finished, run_id_of, wait_for
 from tests.support.api import Api, in_process, member_api
-from tests.support.temporal import NAMESPACE, dev_server
+from tests.support.temporal import NAMESPACE
 
 pytestmark = pytest.mark.temporal
 
 APP_REF = "tests.integration.trace_app:app"
 WAIT_SECONDS = 30.0
-
-
-@pytest.fixture(scope="module")
-def temporal_address(tmp_path_factory: pytest.TempPathFactory) -> Iterator[str]:
-    with dev_server(tmp_path_factory.mktemp("temporal-trace")) as address:
-        yield address
 
 
 @pytest.fixture
