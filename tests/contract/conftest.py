@@ -1,4 +1,5 @@
-"""Fixtures of the contract suites: a real Temporal dev server for the Engine contract."""
+"""Fixtures of the contract suites: the store under test over each database, and a real
+Temporal dev server for the Engine contract."""
 
 from __future__ import annotations
 
@@ -6,7 +7,16 @@ from collections.abc import Iterator
 
 import pytest
 
+from punctual.adapters.stores.sql.store import SqlStore
 from tests.support.temporal import dev_server
+
+
+@pytest.fixture
+def store(database_url: str) -> Iterator[SqlStore]:
+    """The SQL store over SQLite, then over PostgreSQL."""
+    built = SqlStore(database_url)
+    yield built
+    built.dispose()
 
 
 @pytest.fixture(scope="session")

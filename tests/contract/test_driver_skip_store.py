@@ -6,10 +6,7 @@ named tests, over a real SQLite file and a fresh PostgreSQL database (``database
 
 from __future__ import annotations
 
-from collections.abc import Iterator
 from datetime import UTC, datetime, timedelta
-
-import pytest
 
 from punctual.adapters.stores.sql.store import SqlStore
 from punctual.domain.ids import new_id
@@ -25,13 +22,6 @@ INPUT = EncryptedInput("k1", b"\x00sealed\xff")
 
 def at(seconds: float) -> datetime:
     return T0 + timedelta(seconds=seconds)
-
-
-@pytest.fixture
-def store(database_url: str) -> Iterator[SqlStore]:
-    built = SqlStore(database_url)
-    yield built
-    built.dispose()
 
 
 def insert_schedule(store: SqlStore) -> str:

@@ -9,7 +9,6 @@ through the store's own paths (a worker's outcome, terminate, cancel), never by 
 from __future__ import annotations
 
 import dataclasses
-from collections.abc import Iterator
 from datetime import UTC, datetime, timedelta
 from typing import Any
 
@@ -44,13 +43,6 @@ QUEUE = "default"
 
 def at(seconds: float) -> datetime:
     return T0 + timedelta(seconds=seconds)
-
-
-@pytest.fixture
-def store(database_url: str) -> Iterator[SqlStore]:
-    built = SqlStore(database_url)
-    yield built
-    built.dispose()
 
 
 # --- helpers: schedules, occurrences and their runs ------------------------------------------

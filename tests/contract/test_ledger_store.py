@@ -8,7 +8,6 @@ terminate), never by hand.
 
 from __future__ import annotations
 
-from collections.abc import Iterator
 from datetime import UTC, datetime, timedelta
 from typing import Any
 
@@ -31,13 +30,6 @@ QUEUE = "default"
 
 def at(seconds: float) -> datetime:
     return T0 + timedelta(seconds=seconds)
-
-
-@pytest.fixture
-def store(database_url: str) -> Iterator[SqlStore]:
-    built = SqlStore(database_url)
-    yield built
-    built.dispose()
 
 
 def insert_run(store: SqlStore, *, tenant: str = TENANT, version: str | None = None) -> str:

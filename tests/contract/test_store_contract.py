@@ -10,7 +10,7 @@ import hashlib
 import threading
 import time
 from collections import Counter
-from collections.abc import Callable, Iterator
+from collections.abc import Callable
 from datetime import UTC, datetime, timedelta
 from pathlib import Path
 
@@ -51,13 +51,6 @@ def at(seconds: float) -> datetime:
 
 def digest_of(secret: str) -> str:
     return hashlib.sha256(secret.encode()).hexdigest()
-
-
-@pytest.fixture
-def store(database_url: str) -> Iterator[SqlStore]:
-    built = SqlStore(database_url)
-    yield built
-    built.dispose()
 
 
 def new_start(
