@@ -221,27 +221,38 @@ class TemporalSchedulesDriver:
             return 0
         query = f'WorkflowType = "{FIRE_WORKFLOW}" AND ExecutionStatus = "Running"'
 
+        async def listing() -> list[tuple[str, str | None]]:
+            client = await self._connected()
+            found = client.list_workflows(query, rpc_timeout=self._rpc_timeout)
+            # Only these schedules' fires: never another installation's or schedule's.
+            return [(e.id, e.run_id) async for e in found if _schedule_of(e.id) in wanted]
+
+        open_fires = self._call(listing(), "listing open fire workflows", 4)
+        if not open_fires:
+            return 0
+
         async def ending() -> int:
             client = await self._connected()
-            ended = 0
-            async for execution in client.list_workflows(query, rpc_timeout=self._rpc_timeout):
-                if _schedule_of(execution.id) not in wanted:
-                    continue  # another installation's, or a schedule not switched
-                handle = client.get_workflow_handle(execution.id, run_id=execution.run_id)
-                try:
-                    await handle.terminate(
-                        reason="punctual switched this schedule to the sql driver",
-                        rpc_timeout=self._rpc_timeout,
-                    )
-                except RPCError as exc:
-                    if exc.status is not RPCStatusCode.NOT_FOUND:
-                        raise
-                    continue  # it closed meanwhile
-                ended += 1
-            return ended
+            limit = asyncio.Semaphore(self._concurrency)
 
-        rounds = 4 + len(wanted) // self._concurrency
-        return self._call(ending(), "ending open fire workflows", rounds)
+            async def one(workflow_id: str, run_id: str | None) -> bool:
+                handle = client.get_workflow_handle(workflow_id, run_id=run_id)
+                async with limit:
+                    try:
+                        await handle.terminate(
+                            reason="punctual switched this schedule to the sql driver",
+                            rpc_timeout=self._rpc_timeout,
+                        )
+                    except RPCError as exc:
+                        if exc.status is not RPCStatusCode.NOT_FOUND:
+                            raise
+                        return False  # it closed meanwhile
+                return True
+
+            return sum(await asyncio.gather(*(one(*fire) for fire in open_fires)))
+
+        rounds = 1 + len(open_fires) // self._concurrency
+        return self._call(ending(), f"ending {len(open_fires)} open fire workflow(s)", rounds)
 
     # ---- for tests and operators -----------------------------------------------------
 
