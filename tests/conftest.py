@@ -17,7 +17,7 @@ import os
 import secrets
 import shutil
 import socket
-import tempfile
+import sys
 from collections.abc import Iterator
 from datetime import UTC, datetime, timedelta
 from pathlib import Path
@@ -56,10 +56,9 @@ socket.getaddrinfo = _loopback_only_getaddrinfo
 
 if os.environ.pop("PYTHONDONTWRITEBYTECODE", None):
     # The processes the tests start (punctual serve, worker and CLI, slot processes) would
-    # each compile punctual afresh: they share one bytecode cache, outside the tree.
-    os.environ.setdefault(
-        "PYTHONPYCACHEPREFIX", str(Path(tempfile.gettempdir()) / "punctual-test-bytecode")
-    )
+    # each compile punctual afresh: they share one bytecode cache, in the virtual
+    # environment (this user's own, unlike a fixed name under /tmp).
+    os.environ.setdefault("PYTHONPYCACHEPREFIX", str(Path(sys.prefix) / "test-bytecode"))
 
 PG_SERVER = os.environ.get("PUNCTUAL_TEST_PG", "postgresql://postgres@127.0.0.1:5432/test")
 IN_CI = os.environ.get("CI", "").lower() in {"1", "true", "yes"}
@@ -119,7 +118,7 @@ def _truncate(url: str) -> None:
     with engine.begin() as conn:
         filled = [name for (name,) in conn.exec_driver_sql(probe)]
         if filled:
-            conn.exec_driver_sql(f"TRUNCATE {', '.join(filled)} RESTART IDENTITY")
+            conn.exec_driver_sql(f"TRUNCATE {', '.join(filled)} RESTART IDENTITY CASCADE")
         drawn = (
             "SELECT sequencename FROM pg_sequences "
             "WHERE schemaname = current_schema() AND last_value IS NOT NULL"

@@ -25,10 +25,7 @@ from tests.contract.test_store_contract import (
     at,
     insert_starts,
     new_start,
-    store,
 )
-
-__all__ = ["store"]  # the fixture, over both stores
 
 SKEW = timedelta(minutes=10)
 """How far off the database's clock a skewed claimer's clock is."""

@@ -76,7 +76,9 @@ def switch_to_sql(services: Services, former: Driver) -> SwitchReport:
     owned = [i for i, view in views.items() if view.present and view.marked]
     for schedule_id in owned:
         former.remove(schedule_id)
-    ended = former.end_fires(sorted(set(recorded) | set(owned)))
+    # Never the fires of an id another installation's Temporal Schedule holds.
+    foreign = {i for i, view in views.items() if view.present and not view.marked}
+    ended = former.end_fires(sorted(set(recorded) - foreign | set(owned)))
     with services.store.transaction() as tx:
         for schedule_id in recorded:
             tx.schedule_sync.forget(schedule_id)

@@ -13,6 +13,7 @@ import asyncio
 import concurrent.futures
 import socket
 import threading
+import time
 from collections.abc import Coroutine, Mapping, Sequence
 from datetime import UTC, datetime, timedelta
 from typing import Any, TypeVar
@@ -45,6 +46,9 @@ T = TypeVar("T")
 DRIVER_NAME = "temporal_schedules"
 NEXT_FIRE_TIMES = 5
 RECENT_ACTIONS_KEPT = 10
+END_FIRES_ROUNDS = 5
+END_FIRES_PAUSE_SECONDS = 1.0
+"""A switch lists open fire workflows again this long after ending some (visibility lags)."""
 """How many recent actions a Temporal Schedule's description lists at most."""
 _NOTE_PREFIX = "punctual digest="
 _REACH_ERRORS = (RPCError, RuntimeError, OSError, TimeoutError, TemporalError)
@@ -216,9 +220,23 @@ class TemporalSchedulesDriver:
         return self._call(match_all(), f"matching fire times of {len(windows)} schedule(s)", rounds)
 
     def end_fires(self, schedule_ids: Sequence[str]) -> int:
+        """Temporal's list of workflows lags behind (a fire started just before its
+        Schedule was removed may not be listed yet, a terminated one may still be listed
+        running): list and terminate again, a little later, until a second or later
+        listing finds nothing left to end, at most ``END_FIRES_ROUNDS`` times."""
         wanted = set(schedule_ids)
-        if not wanted:
-            return 0
+        ended = 0
+        for round_number in range(END_FIRES_ROUNDS if wanted else 0):
+            if round_number:
+                time.sleep(END_FIRES_PAUSE_SECONDS)
+            open_fires = self._open_fires(wanted)
+            done = self._terminate(open_fires) if open_fires else 0
+            ended += done
+            if not done and round_number:
+                break
+        return ended
+
+    def _open_fires(self, wanted: set[str]) -> list[tuple[str, str | None]]:
         query = f'WorkflowType = "{FIRE_WORKFLOW}" AND ExecutionStatus = "Running"'
 
         async def listing() -> list[tuple[str, str | None]]:
@@ -227,10 +245,9 @@ class TemporalSchedulesDriver:
             # Only these schedules' fires: never another installation's or schedule's.
             return [(e.id, e.run_id) async for e in found if _schedule_of(e.id) in wanted]
 
-        open_fires = self._call(listing(), "listing open fire workflows", 4)
-        if not open_fires:
-            return 0
+        return self._call(listing(), "listing open fire workflows", 4)
 
+    def _terminate(self, open_fires: Sequence[tuple[str, str | None]]) -> int:
         async def ending() -> int:
             client = await self._connected()
             limit = asyncio.Semaphore(self._concurrency)
@@ -246,7 +263,7 @@ class TemporalSchedulesDriver:
                     except RPCError as exc:
                         if exc.status is not RPCStatusCode.NOT_FOUND:
                             raise
-                        return False  # it closed meanwhile
+                        return False  # it had closed already
                 return True
 
             return sum(await asyncio.gather(*(one(*fire) for fire in open_fires)))
