@@ -78,7 +78,7 @@ def switch_to_sql(services: Services, former: Driver) -> SwitchReport:
         former.remove(schedule_id)
     # Never the fires of an id another installation's Temporal Schedule holds.
     foreign = {i for i, view in views.items() if view.present and not view.marked}
-    ended = former.end_fires(sorted(set(recorded) - foreign | set(owned)))
+    ended = former.end_fires([i for i in candidates if i not in foreign])
     with services.store.transaction() as tx:
         for schedule_id in recorded:
             tx.schedule_sync.forget(schedule_id)

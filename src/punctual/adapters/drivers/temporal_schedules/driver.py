@@ -14,7 +14,7 @@ import concurrent.futures
 import socket
 import threading
 import time
-from collections.abc import Coroutine, Mapping, Sequence
+from collections.abc import Awaitable, Callable, Coroutine, Mapping, Sequence
 from datetime import UTC, datetime, timedelta
 from typing import Any, TypeVar
 
@@ -42,14 +42,15 @@ from punctual.ports.driver import FIRE_TIMES_LIMIT, DriverAction, DriverSchedule
 from punctual.ports.engine import EngineUnavailable
 
 T = TypeVar("T")
+U = TypeVar("U")
 
 DRIVER_NAME = "temporal_schedules"
 NEXT_FIRE_TIMES = 5
 RECENT_ACTIONS_KEPT = 10
+"""How many recent actions a Temporal Schedule's description lists at most."""
 END_FIRES_ROUNDS = 5
 END_FIRES_PAUSE_SECONDS = 1.0
 """A switch lists open fire workflows again this long after ending some (visibility lags)."""
-"""How many recent actions a Temporal Schedule's description lists at most."""
 _NOTE_PREFIX = "punctual digest="
 _REACH_ERRORS = (RPCError, RuntimeError, OSError, TimeoutError, TemporalError)
 _UNMATCHABLE = (
@@ -165,19 +166,10 @@ class TemporalSchedulesDriver:
         if not schedule_ids:
             return {}
 
-        async def describe_all() -> dict[str, DriverView]:
-            client = await self._connected()
-            limit = asyncio.Semaphore(self._concurrency)
-
-            async def one(schedule_id: str) -> DriverView:
-                async with limit:
-                    return await self._describe(client, schedule_id)
-
-            views = await asyncio.gather(*(one(i) for i in schedule_ids))
-            return {view.schedule_id: view for view in views}
-
-        rounds = 1 + len(schedule_ids) // self._concurrency
-        return self._call(describe_all(), f"describing {len(schedule_ids)} schedule(s)", rounds)
+        views = self._call_each(
+            self._describe, schedule_ids, f"describing {len(schedule_ids)} schedule(s)"
+        )
+        return {view.schedule_id: view for view in views}
 
     def list_marked(self) -> list[str]:
         async def listing() -> list[str]:
@@ -198,26 +190,19 @@ class TemporalSchedulesDriver:
         if not windows:
             return {}
 
-        async def match_all() -> dict[str, list[datetime]]:
-            client = await self._connected()
-            limit = asyncio.Semaphore(self._concurrency)
+        async def one(client: Client, schedule_id: str) -> tuple[str, list[datetime]]:
+            start, end = windows[schedule_id]
+            try:
+                found = await self._matching(client, schedule_id, start, end)
+            except RPCError as exc:
+                if exc.status not in _UNMATCHABLE:
+                    raise
+                return schedule_id, []  # this one alone: the others are answered
+            inside = [at for at in found if start < at <= end]
+            return schedule_id, inside[:FIRE_TIMES_LIMIT]
 
-            async def one(schedule_id: str) -> tuple[str, list[datetime]]:
-                start, end = windows[schedule_id]
-                async with limit:
-                    try:
-                        found = await self._matching(client, schedule_id, start, end)
-                    except RPCError as exc:
-                        if exc.status not in _UNMATCHABLE:
-                            raise
-                        return schedule_id, []  # this one alone: the others are answered
-                inside = [at for at in found if start < at <= end]
-                return schedule_id, inside[:FIRE_TIMES_LIMIT]
-
-            return dict(await asyncio.gather(*(one(i) for i in windows)))
-
-        rounds = 1 + len(windows) // self._concurrency
-        return self._call(match_all(), f"matching fire times of {len(windows)} schedule(s)", rounds)
+        what = f"matching fire times of {len(windows)} schedule(s)"
+        return dict(self._call_each(one, list(windows), what))
 
     def end_fires(self, schedule_ids: Sequence[str]) -> int:
         """Temporal's list of workflows lags behind (a fire started just before its
@@ -248,28 +233,21 @@ class TemporalSchedulesDriver:
         return self._call(listing(), "listing open fire workflows", 4)
 
     def _terminate(self, open_fires: Sequence[tuple[str, str | None]]) -> int:
-        async def ending() -> int:
-            client = await self._connected()
-            limit = asyncio.Semaphore(self._concurrency)
+        async def one(client: Client, fire: tuple[str, str | None]) -> bool:
+            workflow_id, run_id = fire
+            try:
+                await client.get_workflow_handle(workflow_id, run_id=run_id).terminate(
+                    reason="punctual switched this schedule to the sql driver",
+                    rpc_timeout=self._rpc_timeout,
+                )
+            except RPCError as exc:
+                if exc.status is not RPCStatusCode.NOT_FOUND:
+                    raise
+                return False  # it had closed already
+            return True
 
-            async def one(workflow_id: str, run_id: str | None) -> bool:
-                handle = client.get_workflow_handle(workflow_id, run_id=run_id)
-                async with limit:
-                    try:
-                        await handle.terminate(
-                            reason="punctual switched this schedule to the sql driver",
-                            rpc_timeout=self._rpc_timeout,
-                        )
-                    except RPCError as exc:
-                        if exc.status is not RPCStatusCode.NOT_FOUND:
-                            raise
-                        return False  # it had closed already
-                return True
-
-            return sum(await asyncio.gather(*(one(*fire) for fire in open_fires)))
-
-        rounds = 1 + len(open_fires) // self._concurrency
-        return self._call(ending(), f"ending {len(open_fires)} open fire workflow(s)", rounds)
+        what = f"ending {len(open_fires)} open fire workflow(s)"
+        return sum(self._call_each(one, open_fires, what))
 
     # ---- for tests and operators -----------------------------------------------------
 
@@ -406,6 +384,27 @@ class TemporalSchedulesDriver:
                 ),
             )
         return self._client
+
+    def _call_each(
+        self,
+        one: Callable[[Client, U], Awaitable[T]],
+        items: Sequence[U],
+        what: str,
+    ) -> list[T]:
+        """``one`` for every item, at most ``max_concurrent_calls`` at a time, the wait
+        bounded by the rounds that takes."""
+
+        async def each() -> list[T]:
+            client = await self._connected()
+            limit = asyncio.Semaphore(self._concurrency)
+
+            async def bounded(item: U) -> T:
+                async with limit:
+                    return await one(client, item)
+
+            return list(await asyncio.gather(*(bounded(item) for item in items)))
+
+        return self._call(each(), what, 1 + len(items) // self._concurrency)
 
     def _call(self, coro: Coroutine[Any, Any, T], what: str, rounds: int = 1) -> T:
         if self._loop.is_closed():

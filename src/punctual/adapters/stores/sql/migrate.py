@@ -17,9 +17,9 @@ from punctual.errors import ConfigurationError
 MIGRATIONS = Path(__file__).parent / "migrations"
 
 
-def _config(connection: sa.Connection | None = None) -> Config:
+def _config(connection: sa.Connection | None = None, location: Path | None = None) -> Config:
     config = Config()
-    config.set_main_option("script_location", str(MIGRATIONS))
+    config.set_main_option("script_location", str(location or MIGRATIONS))
     config.attributes["connection"] = connection
     return config
 
@@ -33,9 +33,7 @@ def head_revision() -> str:
 def _head_of(location: Path) -> str:
     """Read once per process and location: Alembic compiles every migration file to find
     the head, and the files ship with the code."""
-    config = Config()
-    config.set_main_option("script_location", str(location))
-    head = ScriptDirectory.from_config(config).get_current_head()
+    head = ScriptDirectory.from_config(_config(location=location)).get_current_head()
     assert head is not None
     return head
 
