@@ -15,9 +15,18 @@ from punctual.ports.records import IdempotencyRecord, KeyOutcome
 _k = t.idempotency_keys.c
 _KEY = ["tenant", "principal", "key"]
 _IN_FLIGHT = [_k.state == "in_flight"]
+_RESPONSE = t.OutcomeJSON()
+"""A recorded answer is kept as the runs table keeps results and errors (FT-3): one whose
+JSON holds U+0000 (a run view's result or error) is stored as its JSON text, so its replay
+answers the same bytes on both stores instead of failing in PostgreSQL's JSONB."""
 
 
-def _record(row: Any) -> IdempotencyRecord:
+def _stored(response: Any, dialect: sa.Dialect) -> Any:
+    """What the response column holds for ``response`` (the escaped envelope included)."""
+    return _RESPONSE.process_bind_param(response, dialect)
+
+
+def _record(row: Any, dialect: sa.Dialect) -> IdempotencyRecord:
     return IdempotencyRecord(
         tenant=row["tenant"],
         principal=row["principal"],
@@ -27,7 +36,7 @@ def _record(row: Any) -> IdempotencyRecord:
         owner=row["owner"],
         lease_until=row["lease_until"],
         status_code=row["status_code"],
-        response=row["response"],
+        response=_RESPONSE.process_result_value(row["response"], dialect),
     )
 
 
@@ -81,7 +90,7 @@ class SqlIdempotency:
             .mappings()
             .first()
         )
-        return None if row is None else _record(row)
+        return None if row is None else _record(row, self._conn.dialect)
 
     def complete(
         self,
@@ -101,7 +110,7 @@ class SqlIdempotency:
             .values(
                 state="done",
                 status_code=status_code,
-                response=response,
+                response=_stored(response, self._conn.dialect),
                 resource_id=resource_id,
                 decided_at=now,
             )
@@ -156,7 +165,8 @@ class SqlIdempotency:
         query = sa.select(t.idempotency_keys).where(
             _k.tenant == tenant, _k.principal == principal, _k.key.in_(list(keys))
         )
-        return {row["key"]: _record(row) for row in self._conn.execute(query).mappings()}
+        dialect = self._conn.dialect
+        return {row["key"]: _record(row, dialect) for row in self._conn.execute(query).mappings()}
 
     def complete_many(
         self,
@@ -174,7 +184,7 @@ class SqlIdempotency:
                 "principal": principal,
                 "owner": owner,
                 "status_code": o.status_code,
-                "response": o.response,
+                "response": _stored(o.response, self._conn.dialect),
                 "resource_id": o.resource_id,
                 "decided_at": now,
             }
