@@ -589,3 +589,67 @@ def test_a_host_wide_finding_has_no_acknowledge_button(ui: Ui) -> None:
     actions = [a for a in Forms(page).forms if "acknowledge" in a]
     assert actions == [f"/ui/t/acme/health/findings/{tenant_finding}/acknowledge"]
     assert "engine down" in page and "host-wide" in page
+
+
+def _refused_as_invalid(response: httpx.Response, where: str) -> None:
+    """The page's own validation error: a 422 page, never a 500 (SPEC FT-3)."""
+    assert response.status_code == 422, (where, response.status_code)
+    assert response.headers["content-type"].startswith("text/html"), where
+    assert "validation_error" in response.text, where
+
+
+def test_a_nul_in_a_query_or_path_parameter_is_a_validation_error_page(ui: Ui) -> None:
+    finding = ui.finding()
+    ui.sign_in(ui.member)
+    queries = {
+        "/ui/t/acme/schedules": ["cursor"],
+        "/ui/t/acme/starts": ["state", "workflow", "business_request_id", "cursor"],
+        "/ui/t/acme/runs": ["state", "workflow", "cursor"],
+        "/ui/t/acme/health": ["acknowledged"],
+        "/ui/t/acme/schedules/sch_x": ["unknown"],
+        "/ui/": ["unknown"],
+    }
+    for path, names in queries.items():
+        for name in names:
+            for value in ("\x00", "a\x00b"):
+                response = ui.client.get(path, params={name: value}, follow_redirects=False)
+                _refused_as_invalid(response, f"{path}?{name}")
+        nameless = ui.client.get(path, params={"a\x00": "1"}, follow_redirects=False)
+        _refused_as_invalid(nameless, f"{path} with a NUL in a parameter's name")
+    for path in (
+        "/ui/t/acme/schedules/sch%00x",
+        "/ui/t/acme/starts/st%00x",
+        "/ui/t/acme/runs/run%00x",
+        "/ui/t/ac%00me/schedules",
+        "/ui/t/ac%00me",
+        "/ui/elsewhere%00",
+    ):
+        _refused_as_invalid(ui.client.get(path, follow_redirects=False), path)
+    action = f"/ui/t/acme/health/findings/{finding}%00/acknowledge"
+    form = Forms(ui.client.get("/ui/t/acme/health").text).forms[action.replace("%00", "")]
+    _refused_as_invalid(ui.client.post(action, data=form, follow_redirects=False), action)
+    assert not ui.acknowledged(finding)
+
+
+def test_a_nul_in_a_form_field_is_a_validation_error_page(ui: Ui) -> None:
+    sign_in = Forms(ui.client.get("/ui/").text).forms["/ui/sign-in"]
+    filled = {**sign_in, "token": ui.member, "tenant": "acme"}
+    for name in [*filled, "extra\x00"]:
+        data = {**filled, name: f"{filled.get(name, '')}\x00"}
+        response = ui.client.post("/ui/sign-in", data=data, follow_redirects=False)
+        _refused_as_invalid(response, f"sign-in {name}")
+        assert not any(
+            h.startswith(f"{SESSION}=k") for h in response.headers.get_list("set-cookie")
+        )
+
+    finding = ui.finding()
+    assert ui.sign_in(ui.member).status_code == 303
+    page = Forms(ui.client.get("/ui/t/acme/health").text).forms
+    action = f"/ui/t/acme/health/findings/{finding}/acknowledge"
+    for form_action, form in ((action, page[action]), ("/ui/sign-out", page["/ui/sign-out"])):
+        for name in [*form, "extra\x00"]:
+            data = {**form, name: f"{form.get(name, '')}\x00"}
+            response = ui.client.post(form_action, data=data, follow_redirects=False)
+            _refused_as_invalid(response, f"{form_action} {name}")
+    assert not ui.acknowledged(finding)
+    assert ui.client.get("/ui/t/acme/health").status_code == 200, "still signed in"

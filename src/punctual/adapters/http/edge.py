@@ -11,7 +11,7 @@ from __future__ import annotations
 import hashlib
 import json
 import logging
-from collections.abc import Callable
+from collections.abc import Callable, Iterable
 from dataclasses import dataclass
 from typing import Any, TypeVar
 
@@ -126,17 +126,21 @@ def refuse_unstorable_parameters(request: Request) -> None:
 
     PostgreSQL's text and JSONB cannot hold U+0000, so such a string would fail in the
     store (a 500) on one store only. Checked once here, right after authentication, for
-    every ``/v1`` route, so no route lets one reach the store or an error message.
+    every ``/v1`` route (and by every page under ``/ui``), so no route lets one reach the
+    store or an error message.
     """
-    for location, items in (
-        ("path", list(request.path_params.items())),
-        ("query", request.query_params.multi_items()),
-    ):
-        for name, value in items:
-            if "\x00" in name:
-                raise _nul_error(location, [location])
-            if isinstance(value, str) and "\x00" in value:
-                raise _nul_error(location, [location, name])
+    refuse_unstorable_fields("path", list(request.path_params.items()))
+    refuse_unstorable_fields("query", request.query_params.multi_items())
+
+
+def refuse_unstorable_fields(location: str, items: Iterable[tuple[str, Any]]) -> None:
+    """A name or string value with U+0000 among ``items`` (from ``location``: path,
+    query, form) is a 422, as for every ``/v1`` parameter (SPEC FT-3)."""
+    for name, value in items:
+        if "\x00" in name:
+            raise _nul_error(location, [location])
+        if isinstance(value, str) and "\x00" in value:
+            raise _nul_error(location, [location, name])
 
 
 def _nul_error(location: str, loc: list[str]) -> InvalidRequest:

@@ -20,7 +20,13 @@ from urllib.parse import parse_qsl
 from fastapi import APIRouter, Depends, Request
 from fastapi.responses import RedirectResponse, Response
 
-from punctual.adapters.http.edge import Edge, fingerprint_of, valid_key
+from punctual.adapters.http.edge import (
+    Edge,
+    fingerprint_of,
+    refuse_unstorable_fields,
+    refuse_unstorable_parameters,
+    valid_key,
+)
 from punctual.adapters.http.errors import GENERIC_MESSAGES, status_for
 from punctual.adapters.http.routes.common import get_edge, raw_body
 from punctual.adapters.http.ui import timeline
@@ -133,7 +139,8 @@ def _visitor(request: Request, edge: Edge) -> Visitor | None:
 
 
 def _form(request: Request, raw: bytes) -> dict[str, str]:
-    """The fields of a form post; an empty body has none (its CSRF check then refuses it)."""
+    """The fields of a form post; an empty body has none (its CSRF check then refuses it).
+    A field with U+0000 is refused as ``/v1`` refuses one in a parameter (SPEC FT-3)."""
     if not raw:
         return {}
     content_type = request.headers.get("content-type", "").split(";")[0].strip().lower()
@@ -148,6 +155,7 @@ def _form(request: Request, raw: bytes) -> dict[str, str]:
         )
     except (UnicodeDecodeError, ValueError):
         raise BadRequest("the form's body could not be read; reload the page") from None
+    refuse_unstorable_fields("form", fields)
     return dict(fields)
 
 
@@ -201,6 +209,7 @@ def _failure(request: Request, edge: Edge, visitor: Visitor | None, exc: Excepti
 def _answer(request: Request, edge: Edge, handle: Callable[[], Response]) -> Response:
     """Run a handler that needs no session; its errors become pages."""
     try:
+        refuse_unstorable_parameters(request)
         return handle()
     except Exception as exc:
         return _failure(request, edge, None, exc)
@@ -212,13 +221,15 @@ def _page(
     tenant: str | None,
     build: Callable[[Visitor], Response],
 ) -> Response:
-    """Sign-in check, tenant check (None: any page of the session's tenant), then the page;
-    errors become pages of their own."""
+    """Sign-in check, parameters with U+0000 refused as ``/v1`` refuses them, tenant check
+    (None: any page of the session's tenant), then the page; errors become pages of their
+    own."""
     visitor: Visitor | None = None
     try:
         visitor = _visitor(request, edge)
         if visitor is None:
             return _to_sign_in(request)
+        refuse_unstorable_parameters(request)
         if tenant is not None and visitor.principal.tenant != tenant:
             # Another tenant's pages do not exist for this principal (SEC-2).
             raise NotFound(f"tenant {tenant} does not exist")
