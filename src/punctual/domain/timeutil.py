@@ -12,9 +12,12 @@ def require_aware(value: datetime) -> datetime:
 
 
 def to_rfc3339(value: datetime) -> str:
-    """UTC with a ``Z`` and millisecond precision, the one format the API emits."""
+    """UTC with a ``Z`` and millisecond precision, the one format the API emits.
+
+    ``isoformat`` writes the year with four digits (``0005-…``); ``strftime("%Y")`` writes
+    it as the platform does (``5`` on glibc), which no RFC 3339 parser reads."""
     utc = require_aware(value)
-    return utc.strftime("%Y-%m-%dT%H:%M:%S.") + f"{utc.microsecond // 1000:03d}Z"
+    return utc.replace(tzinfo=None).isoformat(timespec="milliseconds") + "Z"
 
 
 def parse_rfc3339(text: str) -> datetime:

@@ -75,7 +75,7 @@ def utc_text(value: str | None) -> str:
         parsed = datetime.fromisoformat(value.replace("Z", "+00:00"))
     except ValueError:
         return value
-    return parsed.strftime("%Y-%m-%d %H:%M:%S UTC")
+    return _wall_time(parsed, "seconds") + " UTC"
 
 
 def local_text(value: str | None) -> str:
@@ -87,9 +87,15 @@ def local_text(value: str | None) -> str:
         parsed = datetime.fromisoformat(value)
     except ValueError:
         return value
-    shown = parsed.strftime("%Y-%m-%d %H:%M")
+    shown = _wall_time(parsed, "minutes")
     offset = parsed.strftime("%z")
     return f"{shown} (UTC{offset[:3]}:{offset[3:]})" if offset else shown
+
+
+def _wall_time(value: datetime, timespec: str) -> str:
+    """``2026-03-08 05:30``: the year always with four digits, as the API writes it
+    (``strftime("%Y")`` writes the year 5 as ``5`` on some platforms)."""
+    return value.replace(tzinfo=None).isoformat(sep=" ", timespec=timespec)
 
 
 def dst_text(adjustment: str | None) -> str:
