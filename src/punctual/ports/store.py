@@ -624,6 +624,18 @@ class FollowThrough(Protocol):
         """Stage 1 (finalize_timed_out recorded, run still live) or 2 (done: never claimed
         again)."""
 
+    def hold_schedules(self, schedule_ids: Collection[str]) -> None:
+        """Hold each schedule's outcome lock until commit, taken in id order: passes that
+        judge one schedule's outcomes (``schedule_failing``, OP-2) do so one at a time, each
+        reading what the one before it wrote."""
+
+    def latest_outcomes(
+        self, schedule_ids: Collection[str], count: int
+    ) -> dict[str, list[tuple[str, str]]]:
+        """Per schedule, its last ``count`` runs to end ``completed``, ``failed`` or
+        ``timed_out`` as (run id, state), the latest end first; schedules without such
+        runs are absent. Cost flat in the schedules' history (an index by schedule and end)."""
+
 
 class Notifications(Protocol):
     def insert(self, notes: Sequence[NewNotification], now: datetime) -> None: ...

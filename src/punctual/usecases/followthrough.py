@@ -35,6 +35,12 @@ log = logging.getLogger("punctual.follow_through")
 STAGE_TIMED_OUT = 1
 """``finalize_timed_out`` is recorded; the run's later end only moves ``last_status``."""
 STAGE_DONE = 2
+SCHEDULE_FAILING = "schedule_failing"
+"""The finding of a schedule whose last ``FAILING_STREAK`` runs failed or timed out (OP-2)."""
+FAILING_STREAK = 3
+_FAILURES = frozenset({"failed", "timed_out"})
+_OUTCOMES = _FAILURES | {"completed"}
+"""Run ends that say how a schedule fares; a cancel or terminate is an operator's doing."""
 
 
 @dataclass(frozen=True)
@@ -84,6 +90,7 @@ def follow_through(services: Services, limit: int = 200) -> FollowThroughReport:
         tx.schedules.note_ended(
             [EndedStatus(r.schedule_id, r.run_id, r.state, r.occurrence_at) for r in ended]
         )
+        _judge_streaks(tx, ended, schedules, now)
         tx.follow_through.mark_stage([r.run_id for r in ended], STAGE_DONE)
         tx.follow_through.mark_stage([r.run_id for r in overdue], STAGE_TIMED_OUT)
     for record in records:
@@ -105,6 +112,57 @@ def follow_through(services: Services, limit: int = 200) -> FollowThroughReport:
 def _live(schedule: Schedule | None) -> bool:
     """A deleted schedule's late runs are still recorded, but nobody is alerted."""
     return schedule is not None and schedule.deleted_at is None
+
+
+def _judge_streaks(
+    tx: Tx, ended: list[EndedRun], schedules: dict[str, Schedule], now: datetime
+) -> None:
+    """Raise ``schedule_failing`` for a schedule whose last ``FAILING_STREAK`` runs to end
+    failed or timed out, and clear it once one of its runs completed (OP-2).
+
+    Judged here, off the worker's path, from the runs table as it stands, for every
+    schedule with an outcome in this pass: a schedule whose latest end in the pass is a
+    completion is cleared without a read (runs that ended later are judged by a later
+    pass). The schedules' locks make concurrent passes judge one schedule in turn, so a
+    completion's pass always sees, and clears, what a pass of an earlier failure raised.
+    """
+    latest_end: dict[str, EndedRun] = {}
+    for run in ended:  # claimed oldest end first: the last one seen is the latest
+        if run.state in _OUTCOMES:
+            latest_end[run.schedule_id] = run
+    if not latest_end:
+        return
+    tx.follow_through.hold_schedules(latest_end)
+    suspects = [
+        schedule_id
+        for schedule_id, run in latest_end.items()
+        if run.state in _FAILURES and _live(schedules.get(schedule_id))
+    ]
+    outcomes = tx.follow_through.latest_outcomes(suspects, FAILING_STREAK)
+    for schedule_id, run in sorted(latest_end.items()):
+        latest = outcomes.get(schedule_id, [])
+        schedule = schedules.get(schedule_id)
+        if len(latest) == FAILING_STREAK and all(state in _FAILURES for _, state in latest):
+            assert schedule is not None  # only live schedules were read
+            tx.findings.raise_finding(
+                run.tenant,
+                SCHEDULE_FAILING,
+                schedule_id,
+                "error",
+                _failing_text(schedule, latest),
+                now,
+            )
+        elif schedule_id not in suspects or any(state == "completed" for _, state in latest):
+            tx.findings.clear(run.tenant, SCHEDULE_FAILING, schedule_id)
+
+
+def _failing_text(schedule: Schedule, latest: list[tuple[str, str]]) -> str:
+    ends = ", ".join(f"{run_id} {state}" for run_id, state in latest)
+    return (
+        f"schedule {schedule.name} ({schedule.id}): its last {len(latest)} runs failed or "
+        f"timed out (latest first: {ends}); look at their errors. This clears by itself "
+        "when a run of the schedule completes"
+    )
 
 
 def _verdict(tx: Tx, schedule: Schedule | None, run: EndedRun) -> Verdict:

@@ -17,7 +17,7 @@ import sqlalchemy as sa
 from sqlalchemy.engine import RowMapping
 
 from punctual.adapters.stores.sql import tables as t
-from punctual.adapters.stores.sql.dialects import for_update, upsert
+from punctual.adapters.stores.sql.dialects import for_update, lock_name, upsert
 from punctual.domain.runs import RunState
 from punctual.ports.records import BaselineRun, EndedRun, FollowThroughRecord
 
@@ -28,6 +28,10 @@ _f = t.follow_throughs.c
 _AWAITING: sa.ColumnElement[int] = sa.literal_column("2")
 """Stage 2 is done: a run below it is awaited."""
 _UNRECORDED: sa.ColumnElement[int] = sa.literal_column("0")
+_OUTCOMES = sa.text(t.SCHEDULE_OUTCOMES)
+"""The predicate of ``ix_runs_schedule_outcomes``, as constants (the index is then usable)."""
+_OUTCOMES_PER_STATEMENT = 100
+"""Schedules read per statement (SQLite takes at most 500 terms in one compound select)."""
 
 
 def _ended_run(row: RowMapping) -> EndedRun:
@@ -165,3 +169,35 @@ class SqlFollowThrough:
             .where(_r.id.in_(sorted(set(run_ids))), _r.follow_up < stage)
             .values(follow_up=stage)
         )
+
+    def hold_schedules(self, schedule_ids: Collection[str]) -> None:
+        """Per schedule, in id order, a lock held until commit (PostgreSQL; SQLite's write
+        lock already serializes passes)."""
+        for schedule_id in sorted(set(schedule_ids)):
+            lock_name(self._conn, f"punctual.schedule_outcomes:{schedule_id}")
+
+    def latest_outcomes(
+        self, schedule_ids: Collection[str], count: int
+    ) -> dict[str, list[tuple[str, str]]]:
+        """Each schedule's last ``count`` runs to end, latest first, read through
+        ``ix_runs_schedule_outcomes``: a few index entries per schedule, one statement per
+        hundred schedules."""
+        ordered = sorted(set(schedule_ids))
+        found: dict[str, list[tuple[str, str]]] = {}
+        if count <= 0:
+            return found
+        for at in range(0, len(ordered), _OUTCOMES_PER_STATEMENT):
+            parts = [
+                sa.select(
+                    sa.select(_r.schedule_id, _r.id, _r.state, _r.ended_at, _r.seq)
+                    .where(_r.schedule_id == schedule_id, _OUTCOMES)
+                    .order_by(_r.ended_at.desc(), _r.seq.desc())
+                    .limit(count)
+                    .subquery()
+                )
+                for schedule_id in ordered[at : at + _OUTCOMES_PER_STATEMENT]
+            ]
+            rows = self._conn.execute(sa.union_all(*parts)).all()
+            for row in sorted(rows, key=lambda r: (r.ended_at, r.seq), reverse=True):
+                found.setdefault(row.schedule_id, []).append((row.id, row.state))
+        return found

@@ -258,6 +258,8 @@ starts = sa.Table(
 FOLLOW_UP_ENDED = "schedule_id IS NOT NULL AND follow_up < 2 AND ended_at IS NOT NULL"
 FOLLOW_UP_OVERDUE = "schedule_id IS NOT NULL AND follow_up = 0 AND ended_at IS NULL"
 """The predicates of the follow-through indexes (the claims repeat them term by term)."""
+SCHEDULE_OUTCOMES = "state IN ('completed', 'failed', 'timed_out')"
+"""Runs that say how a schedule fares (OP-2's ``schedule_failing``); the read repeats it."""
 
 runs = sa.Table(
     "runs",
@@ -328,6 +330,16 @@ runs = sa.Table(
     sa.Index(None, "tenant", "workflow"),
     sa.Index(None, "origin_id"),
     sa.Index(None, "schedule_id", "state"),
+    # A schedule's last runs to end with an outcome, read a few at a time however long its
+    # history (the follow-through's ``schedule_failing`` judgement, OP-2).
+    sa.Index(
+        "ix_runs_schedule_outcomes",
+        "schedule_id",
+        "ended_at",
+        "seq",
+        postgresql_where=sa.text(SCHEDULE_OUTCOMES),
+        sqlite_where=sa.text(SCHEDULE_OUTCOMES),
+    ),
 )
 
 schedules = sa.Table(
