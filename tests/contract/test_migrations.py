@@ -566,7 +566,7 @@ def _triggers(store: SqlStore) -> list[tuple[str, str]]:
         return [(str(name), str(sql)) for name, sql in conn.exec_driver_sql(query)]
 
 
-@pytest.mark.parametrize("target", ["0008", "0009", "0010", "0011", "0012"])
+@pytest.mark.parametrize("target", ["0008", "0009", "0010", "0011", "0012", "0015"])
 def test_a_downgrade_restores_the_earlier_schema(
     empty_store: SqlStore, database_kind: str, tmp_path: Path, target: str
 ) -> None:
@@ -691,4 +691,44 @@ def test_0009_treats_existing_runs_as_history_and_dates_the_shown_status(
     with empty_store.engine.connect() as conn:
         shown = conn.execute(sa.text("SELECT last_run_id, last_status FROM schedule_status")).one()
     assert tuple(shown) == ("run_2", "ok")
+    assert _differences(empty_store) == []
+
+
+def test_0016_names_each_deliverys_subjects_from_its_payload(empty_store: SqlStore) -> None:
+    """Deliveries written before 0016 get the schedule, occurrence and run their payload
+    names, so a hold on any of them keeps them (RT-1)."""
+    _migrate_to(empty_store, "0015")
+    at = datetime(2026, 12, 1, 12, 0, tzinfo=UTC)
+    common = {
+        "tenant": "acme",
+        "webhook_id": "whk_1",
+        "kind": "regression",
+        "status": "delivered",
+        "attempts": 1,
+        "created_at": at,
+        "updated_at": at,
+    }
+    about = {"schedule_id": "sch_1", "occurrence_id": "st_1", "run_id": "run_1"}
+    with empty_store.engine.begin() as conn:
+        deliveries = sa.Table("webhook_deliveries", sa.MetaData(), autoload_with=conn)
+        conn.execute(
+            deliveries.insert(),
+            [
+                dict(common, id="dlv_about", event_id="evt_1", payload={"data": about}),
+                dict(common, id="dlv_test", event_id="evt_2", payload={"text": "test"}),
+            ],
+        )
+
+    migrate.upgrade(empty_store)
+
+    with empty_store.engine.connect() as conn:
+        rows = conn.execute(
+            sa.text(
+                "SELECT id, schedule_id, occurrence_id, run_id FROM webhook_deliveries ORDER BY id"
+            )
+        ).all()
+    assert [tuple(row) for row in rows] == [
+        ("dlv_about", "sch_1", "st_1", "run_1"),
+        ("dlv_test", None, None, None),
+    ]
     assert _differences(empty_store) == []

@@ -14,19 +14,24 @@ from collections.abc import Callable
 from typing import Any
 
 import pytest
+import sqlalchemy as sa
 
 from punctual.adapters.stores.sql import tables as t
+from punctual.domain.ids import new_id
 from punctual.domain.permissions import Principal, Role
 from punctual.domain.retention import RecordKind, window_for
 from punctual.domain.runs import RunState
 from punctual.errors import Forbidden, InvalidRequest, NotFound
+from punctual.ports.records import DeliveryOutcome, NewAuditEntry, NewDelivery, NewNotification
 from punctual.usecases import holds, schedules
 from punctual.usecases.audit import AuditedRequest, serving
 from punctual.usecases.idempotency import IdempotentRequest, Outcome
 from tests.integration.test_retention import (
+    AUDIT_KEEP,
     KEEP,
     POLICY,
     TENANT,
+    _webhook,
     build_rig,
     canceled,
     dispatched,
@@ -128,6 +133,117 @@ def test_a_schedule_hold_keeps_its_occurrences_runs_and_the_deleted_schedule(rig
     assert not rig.occurrences(schedule_id)
     assert not rig.runs_of(schedule_id)
     assert schedule_id not in ids(rig, t.schedules)
+
+
+def _records_about(rig: Rig, *, run_id: str, start_id: str) -> dict[sa.Table, set[str]]:
+    """An audit entry, a read notification, an acknowledged finding and a delivered
+    webhook delivery about ``run_id``, and the same about ``start_id``, none naming a
+    schedule: what keeps them under a schedule hold is the run's or start's lineage. Each
+    is terminal now, so every one would go with the next sweep past the audit window."""
+    hook_id = _webhook(rig)
+    now = rig.now
+    written: dict[sa.Table, set[str]] = {
+        t.audit_log: set(),
+        t.notifications: set(),
+        t.findings: set(),
+        t.webhook_deliveries: set(),
+    }
+    subjects = [
+        ("run", run_id, {"run_id": run_id}),
+        ("start", start_id, {"occurrence_id": start_id}),
+    ]
+    with rig.system.store.transaction() as tx:
+        for kind, subject_id, named in subjects:
+            entry = f"aud_{kind}"
+            tx.audit.record(
+                [
+                    NewAuditEntry(
+                        entry,
+                        TENANT,
+                        "root",
+                        None,
+                        None,
+                        "cancel",
+                        "POST",
+                        "/p",
+                        kind,
+                        subject_id,
+                        200,
+                    )
+                ],
+                now,
+            )
+            written[t.audit_log].add(entry)
+            note = f"ntf_{kind}"
+            tx.notifications.insert(
+                [
+                    NewNotification(
+                        id=note,
+                        tenant=TENANT,
+                        recipient="alice",
+                        kind="regression",
+                        schedule_id=None,
+                        occurrence_id=named.get("occurrence_id"),
+                        run_id=named.get("run_id"),
+                        title="t",
+                        text="x",
+                        details={},
+                        event_id=new_id("evt"),
+                    )
+                ],
+                now,
+            )
+            tx.notifications.mark_read(TENANT, "alice", note, now)
+            written[t.notifications].add(note)
+            tx.findings.raise_finding(TENANT, "start_failed", subject_id, "failed", "failed", now)
+            [finding] = [f for f in tx.findings.find(TENANT) if f.subject_id == subject_id]
+            tx.findings.acknowledge(TENANT, finding.id, "root", now)
+            written[t.findings].add(finding.id)
+            delivery = f"dlv_{kind}"
+            tx.webhooks.enqueue(
+                [NewDelivery(delivery, TENANT, hook_id, new_id("evt"), "regression", {}, **named)],
+                now,
+            )
+            written[t.webhook_deliveries].add(delivery)
+        claims = tx.webhooks.claim_due(now, 30, 10)
+        outcomes = [
+            DeliveryOutcome(c.id, c.claim_token, "delivered", 200, None, None) for c in claims
+        ]
+        tx.webhooks.settle(outcomes, now)
+    return written
+
+
+def _kept(rig: Rig, written: dict[sa.Table, set[str]]) -> dict[str, set[str]]:
+    return {table.name: ids(rig, table) & expected for table, expected in written.items()}
+
+
+@pytest.mark.parametrize("held", ["schedule", "start", "run"])
+def test_a_hold_keeps_the_audit_entries_notifications_findings_and_deliveries_about_what_it_holds(
+    rig: Rig, held: str
+) -> None:
+    """RT-1: nothing a hold covers is removed, the records about its runs, starts and
+    occurrences included, whichever of them the hold names; released, they all go."""
+    if held == "start":
+        start = dispatched(rig, "k-start")
+        start_id, run_id = start["id"], start["dispatch"]["run_id"]
+        rig.finish_runs(RunState.COMPLETED)
+        subject = start_id
+    else:
+        schedule_id = rig.every("held")["id"]
+        start_id = fire(rig, schedule_id)
+        [run] = rig.runs_of(schedule_id)
+        run_id = run["id"]
+        subject = schedule_id if held == "schedule" else run_id
+    written = _records_about(rig, run_id=run_id, start_id=start_id)
+    hold = place(rig, held, subject)
+    rig.advance(AUDIT_KEEP + 5 * KEEP)
+
+    sweep(rig)
+
+    assert _kept(rig, written) == {table.name: expected for table, expected in written.items()}
+    release(rig, hold["id"])
+    sweep(rig)
+    assert _kept(rig, written) == {table.name: set() for table in written}
 
 
 def test_a_tenant_hold_keeps_everything_of_the_tenant_and_nothing_of_others(rig: Rig) -> None:

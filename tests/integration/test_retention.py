@@ -39,9 +39,10 @@ from punctual.ports.records import (
     NewWebhook,
 )
 from punctual.runner.sweeper import Sweeper
-from punctual.usecases import identity, retention, schedules
+from punctual.usecases import execution, identity, retention, schedules
+from punctual.usecases.followthrough import follow_through
 from punctual.usecases.retention import RetentionPolicy, SweepReport
-from tests.integration.test_schedule_runtime import MINUTE, Rig, build_rig
+from tests.integration.test_schedule_runtime import MINUTE, WORKER, Rig, build_rig
 from tests.support.api import in_process, member_api, register_demo
 
 __all__ = ["build_rig"]  # the schedule runtime tests' rig fixture, used here too
@@ -202,6 +203,42 @@ def test_occurrences_and_runs_go_but_the_baseline_and_the_shown_run_stay(rig: Ri
     with rig.system.store.transaction(readonly=True) as tx:
         found = tx.follow_through.baseline(schedule_id, rig.now + timedelta(days=1))
     assert found is not None and found.run_id == runs[baseline]
+
+
+def test_a_completed_run_an_older_running_occurrence_still_compares_with_stays(
+    rig: Rig,
+) -> None:
+    """Under ``allow_all`` a newer occurrence can complete while an older one still runs:
+    the completed run before the older one stays (its follow-through's baseline) until
+    that follow-through is recorded, then it may go."""
+    nightly = rig.every("nightly", workflow="score", input={"score": 0.5}, regression=SCORE)
+    schedule_id = nightly["id"]
+    first = fire(rig, schedule_id)
+    rig.advance(MINUTE)
+    rig.generate()
+    rig.dispatch()
+    loaded = [(name, version) for name, version, _ in rig.loaded]
+    [slow] = execution.claim_runs(rig.services, WORKER, ["standard"], loaded, 100)
+    newest = fire(rig, schedule_id)
+    runs = {row["origin_id"]: row["id"] for row in rig.runs_of(schedule_id)}
+    assert rig.get(schedule_id)["last_run_id"] == runs[newest]
+
+    rig.advance(KEEP + 1)
+    sweep(rig)
+    assert runs[first] in ids(rig, t.runs)
+    assert first in {o.id for o in rig.occurrences(schedule_id)}
+
+    ended = execution.Finished(slow.run, RunState.COMPLETED, {"score": 0.5}, None)
+    assert all(execution.finish_runs(rig.services, WORKER, [ended]))
+    follow_through(rig.services)
+    [slow_occurrence] = [o for o, run_id in runs.items() if run_id == slow.run.id]
+    with rig.system.store.transaction(readonly=True) as tx:
+        recorded = tx.follow_through.get_many([slow_occurrence])[slow_occurrence]
+    assert recorded.previous_run_id == runs[first]
+
+    sweep(rig)
+    assert runs[first] not in ids(rig, t.runs)
+    assert {runs[newest], slow.run.id} <= ids(rig, t.runs)
 
 
 def test_skipped_ranges_go_after_the_window(rig: Rig) -> None:

@@ -541,6 +541,10 @@ class NewDelivery:
     event_id: str
     kind: str
     payload: dict[str, Any]
+    schedule_id: str | None = None
+    occurrence_id: str | None = None
+    run_id: str | None = None
+    """What the event is about: a hold on any of them keeps the delivery (RT-1)."""
 
 
 @dataclass(frozen=True)

@@ -130,6 +130,9 @@ def enqueue_deliveries(
                 event_id=event_id,
                 kind=event.kind,
                 payload=payload,
+                schedule_id=event.schedule_id,
+                occurrence_id=event.occurrence_id,
+                run_id=event.run_id,
             )
             for hook in webhooks
         ],

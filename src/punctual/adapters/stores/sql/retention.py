@@ -22,6 +22,7 @@ from punctual.adapters.stores.sql import tables as t
 from punctual.adapters.stores.sql.dialects import for_update, lock_name
 from punctual.adapters.stores.sql.holds import RETENTION_LOCK
 from punctual.domain.retention import HoldKind, RecordKind, RetentionWindow
+from punctual.domain.starts import PENDING_STATES, StartState
 
 _r = t.runs.c
 _s = t.starts.c
@@ -38,6 +39,7 @@ def _constants(*values: str) -> list[sa.ColumnElement[Any]]:
 _TERMINAL_STARTS = _constants("failed", "canceled", "skipped")  # tables.TERMINAL_STARTS
 _ENDED_DELIVERIES = _constants("delivered", "failed")  # tables.ENDED_DELIVERIES
 _COMPLETED: sa.ColumnElement[str] = sa.literal_column("'completed'")
+_PENDING_OCCURRENCES = _constants(*sorted({*PENDING_STATES, StartState.BUFFERED}))
 _DISPATCHED: sa.ColumnElement[str] = sa.literal_column("'dispatched'")
 _FOLLOWED_THROUGH: sa.ColumnElement[int] = sa.literal_column("2")
 
@@ -65,26 +67,59 @@ def _held(
     )
 
 
+def _held_with_lineage(
+    tenant: sa.ColumnElement[Any],
+    *,
+    direct: Sequence[sa.ColumnElement[Any]] = (),
+    runs: Sequence[sa.ColumnElement[Any]] = (),
+    starts: Sequence[sa.ColumnElement[Any]] = (),
+) -> sa.ColumnElement[bool]:
+    """A hold covers a record that names something it holds: the ids in ``direct``
+    (any kind), a run named in ``runs`` (with its start or occurrence and its schedule),
+    or a start or occurrence named in ``starts`` (with its run and its schedule). So a
+    schedule hold keeps the audit entries, notifications, findings and deliveries about
+    its runs, as it keeps the runs. A named run or start that is gone has no lineage
+    left to follow: only the direct ids still count for it."""
+    clauses = [_held(tenant, *((None, subject) for subject in direct))] if direct else []
+    for run_id in runs:
+        run = t.runs.alias("named_run")
+        clauses.append(
+            sa.exists().where(
+                run.c.id == run_id,
+                _held(
+                    tenant,
+                    (HoldKind.RUN, run.c.id),
+                    (HoldKind.START, run.c.origin_id),
+                    (HoldKind.SCHEDULE, run.c.schedule_id),
+                ),
+            )
+        )
+    for start_id in starts:
+        start = t.starts.alias("named_start")
+        clauses.append(
+            sa.exists().where(
+                start.c.id == start_id,
+                _held(
+                    tenant,
+                    (HoldKind.START, start.c.id),
+                    (HoldKind.RUN, start.c.run_id),
+                    (HoldKind.SCHEDULE, start.c.schedule_id),
+                ),
+            )
+        )
+    return sa.or_(*clauses)
+
+
 def _removable_runs(window: RetentionWindow) -> Where:
     """Terminal runs past the window, except a run awaiting its follow-through, the run a
-    live schedule shows as ``last_run_id``, a live schedule's latest completed run (the
-    follow-through baseline of its next occurrence), and held ones. A deleted schedule
-    keeps neither: its history goes, then the schedule with its status."""
-    own = t.starts.alias("own_occurrence")
-    later = t.starts.alias("later_occurrence")
-    later_run = t.runs.alias("later_run")
+    live schedule shows as ``last_run_id``, a completed run some follow-through of a live
+    schedule may still compare with (its baseline, below), and held ones. A deleted
+    schedule keeps neither: its history goes, then the schedule with its status."""
     status = t.schedule_status.alias("status")
     schedule = t.schedules.alias("live_schedule")
-    newer_completed = sa.exists().where(
-        own.c.id == _r.origin_id,
-        later.c.schedule_id == own.c.schedule_id,
-        later.c.occurrence_at > own.c.occurrence_at,
-        later_run.c.id == later.c.run_id,
-        later_run.c.state == _COMPLETED,
-    )
     live = sa.exists().where(schedule.c.id == _r.schedule_id, schedule.c.deleted_at.is_(None))
     shown = sa.exists().where(status.c.schedule_id == _r.schedule_id, status.c.last_run_id == _r.id)
-    baseline = sa.and_(_r.state == _COMPLETED, ~newer_completed)
+    baseline = sa.and_(_r.state == _COMPLETED, _a_baseline_still())
     return [
         _r.tenant == window.tenant,
         _r.ended_at.is_not(None),
@@ -100,6 +135,45 @@ def _removable_runs(window: RetentionWindow) -> Where:
             (HoldKind.SCHEDULE, _r.schedule_id),
         ),
     ]
+
+
+def _a_baseline_still() -> sa.ColumnElement[bool]:
+    """The completed run's occurrence is the baseline of some occurrence that may still be
+    followed through (CR-4 compares an ended run with the completed run of the latest
+    earlier occurrence): either no later occurrence completed (every future one compares
+    with it), or one between it and the next completed one is unfinished: pending, or its
+    run not yet followed through (under ``allow_all`` a newer occurrence can complete
+    while an older one still runs). Both walk the schedule's (schedule_id, occurrence_at)
+    index from the run's occurrence up to the next completed one."""
+    own = t.starts.alias("own_occurrence")
+    later = t.starts.alias("later_occurrence")
+    later_run = t.runs.alias("later_run")
+    between = t.starts.alias("between_occurrence")
+    between_run = t.runs.alias("between_run")
+    next_completed_at = (
+        sa.select(later.c.occurrence_at)
+        .select_from(later.join(later_run, later_run.c.id == later.c.run_id))
+        .where(
+            later.c.schedule_id == own.c.schedule_id,
+            later.c.occurrence_at > own.c.occurrence_at,
+            later_run.c.state == _COMPLETED,
+        )
+        .order_by(later.c.occurrence_at)
+        .limit(1)
+        .scalar_subquery()
+    )
+    not_followed_through = sa.exists().where(
+        between_run.c.id == between.c.run_id, between_run.c.follow_up < _FOLLOWED_THROUGH
+    )
+    unfinished_between = sa.exists().where(
+        between.c.schedule_id == own.c.schedule_id,
+        between.c.occurrence_at > own.c.occurrence_at,
+        between.c.occurrence_at < next_completed_at,
+        sa.or_(between.c.state.in_(_PENDING_OCCURRENCES), not_followed_through),
+    )
+    return sa.exists().where(
+        own.c.id == _r.origin_id, sa.or_(next_completed_at.is_(None), unfinished_between)
+    )
 
 
 def _removable_starts(window: RetentionWindow) -> Where:
@@ -157,14 +231,44 @@ class _Simple:
     where: Callable[[RetentionWindow], Where]
 
 
+def _named_held(table: sa.Table) -> sa.ColumnElement[bool]:
+    """A row that names a schedule, an occurrence or start, and a run (a notification, a
+    webhook delivery) is held through any of them."""
+    c = table.c
+    return _held_with_lineage(
+        c.tenant,
+        direct=[c.schedule_id, c.occurrence_id, c.run_id],
+        runs=[c.run_id],
+        starts=[c.occurrence_id],
+    )
+
+
+def _subject_held(
+    tenant: sa.ColumnElement[Any], subject: sa.ColumnElement[Any]
+) -> sa.ColumnElement[bool]:
+    """A row about one subject (an audit entry, a finding) is held through the subject
+    and, when the subject is a run or a start, through its lineage."""
+    return _held_with_lineage(tenant, direct=[subject], runs=[subject], starts=[subject])
+
+
 def _n_read(w: RetentionWindow) -> Where:
     n = t.notifications.c
-    return [n.tenant == w.tenant, n.read_at.is_not(None), n.read_at < w.removable_before]
+    return [
+        n.tenant == w.tenant,
+        n.read_at.is_not(None),
+        n.read_at < w.removable_before,
+        ~_named_held(t.notifications),
+    ]
 
 
 def _n_unread(w: RetentionWindow) -> Where:
     n = t.notifications.c
-    return [n.tenant == w.tenant, n.read_at.is_(None), n.created_at < w.unread_before]
+    return [
+        n.tenant == w.tenant,
+        n.read_at.is_(None),
+        n.created_at < w.unread_before,
+        ~_named_held(t.notifications),
+    ]
 
 
 def _findings(w: RetentionWindow) -> Where:
@@ -173,6 +277,7 @@ def _findings(w: RetentionWindow) -> Where:
         f.tenant == w.tenant,
         f.acknowledged_at.is_not(None),
         f.acknowledged_at < w.removable_before,
+        ~_subject_held(f.tenant, f.subject_id),
     ]
 
 
@@ -182,6 +287,7 @@ def _deliveries(w: RetentionWindow) -> Where:
         d.tenant == w.tenant,
         d.status.in_(_ENDED_DELIVERIES),
         d.updated_at < w.removable_before,
+        ~_named_held(t.webhook_deliveries),
     ]
 
 
@@ -207,7 +313,7 @@ def _holds(w: RetentionWindow) -> Where:
 
 def _audit(w: RetentionWindow) -> Where:
     a = t.audit_log.c
-    return [a.tenant == w.tenant, a.at < w.audit_before, ~_held(a.tenant, (None, a.subject_id))]
+    return [a.tenant == w.tenant, a.at < w.audit_before, ~_subject_held(a.tenant, a.subject_id)]
 
 
 _SIMPLE: dict[RecordKind, tuple[_Simple, ...]] = {

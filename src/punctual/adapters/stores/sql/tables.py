@@ -521,6 +521,10 @@ webhook_deliveries = sa.Table(
     sa.Column("event_id", sa.String(40), nullable=False),
     sa.Column("kind", sa.String(64), nullable=False),
     sa.Column("payload", JSONType, nullable=False),
+    # What the event is about, as the payload names it: what a hold keeps it by (RT-1).
+    sa.Column("schedule_id", sa.String(40)),
+    sa.Column("occurrence_id", sa.String(40)),
+    sa.Column("run_id", sa.String(40)),
     sa.Column("status", sa.String(16), nullable=False),
     sa.Column("attempts", sa.Integer, nullable=False),
     sa.Column("last_status_code", sa.Integer),

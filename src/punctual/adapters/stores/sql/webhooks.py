@@ -186,6 +186,9 @@ class SqlWebhooks:
                 "event_id": d.event_id,
                 "kind": d.kind,
                 "payload": d.payload,
+                "schedule_id": d.schedule_id,
+                "occurrence_id": d.occurrence_id,
+                "run_id": d.run_id,
                 "status": _PENDING,
                 "attempts": 0,
                 "next_attempt_at": now,
@@ -315,7 +318,9 @@ class SqlWebhooks:
         """Only to a live webhook: a deleted one has nobody to send to."""
         original = (
             self._conn.execute(
-                sa.select(_d.event_id, _d.kind, _d.payload)
+                sa.select(
+                    _d.event_id, _d.kind, _d.payload, _d.schedule_id, _d.occurrence_id, _d.run_id
+                )
                 .select_from(t.webhook_deliveries.join(t.webhooks, _w.id == _d.webhook_id))
                 .where(
                     _d.tenant == tenant,
@@ -338,6 +343,9 @@ class SqlWebhooks:
                     event_id=original["event_id"],
                     kind=original["kind"],
                     payload=dict(original["payload"]),
+                    schedule_id=original["schedule_id"],
+                    occurrence_id=original["occurrence_id"],
+                    run_id=original["run_id"],
                 )
             ],
             now,
