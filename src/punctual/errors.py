@@ -19,9 +19,11 @@ classes to HTTP status codes: ``punctual.adapters.http.errors``.
     │                                        ...
     ├── PayloadTooLarge                      input_too_large, body_too_large
     ├── Conflict                             idempotency_key_reused, version_conflict,
-    │                                        already_dispatched, invalid_state, in_use,
-    │                                        key_not_held, key_active, key_exists,
-    │                                        no_active_key
+    │   │                                    already_dispatched, invalid_state, in_use,
+    │   │                                    key_not_held, key_active, key_exists,
+    │   │                                    no_active_key
+    │   └── RaceLost                         name_taken (a concurrent write won; the
+    │                                        mutation runs again, never recorded)
     ├── QuotaExceeded                        quota_exceeded
     ├── Unavailable                          quota_unavailable, engine_unavailable,
     │                                        store_unavailable, codec_key_unavailable
@@ -79,6 +81,13 @@ class PayloadTooLarge(PunctualError):
 
 class Conflict(PunctualError):
     code = "conflict"
+
+
+class RaceLost(Conflict):
+    """A write lost to a concurrent one after its checks had passed (a unique index had the
+    last word). The answer depends on timing, not on the request: the mutation runner runs
+    the mutation again, which then decides on what won, and never records this answer
+    under an idempotency key (OS-4)."""
 
 
 class QuotaExceeded(PunctualError):

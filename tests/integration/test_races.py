@@ -30,11 +30,12 @@ from punctual.adapters.stores.sql.schedules import SqlSchedules
 from punctual.domain.ids import new_id
 from punctual.domain.permissions import Principal, Role
 from punctual.domain.runs import DefinitionState
-from punctual.errors import Conflict, QuotaExceeded
+from punctual.errors import Conflict, QuotaExceeded, RaceLost
 from punctual.ports.records import DueSchedule, NewSchedule, WorkerRecord
 from punctual.usecases import schedules
 from punctual.usecases.definitions import DeclaredDefinition, register_worker, set_lifecycle
 from punctual.usecases.generation import generate
+from punctual.usecases.idempotency import IdempotentRequest, Outcome
 from tests.conftest import FakeClock, make_settings
 from tests.support.api import Api, in_process, member_api, register_demo
 
@@ -258,6 +259,77 @@ def test_a_rename_racing_a_create_of_the_same_name_gives_409_name_taken(
             assert sorted(status for status, _ in results)[0] in (200, 201), results
             listed = apis[0].get("/schedules").json()["items"]
             assert sorted(s["name"] for s in listed).count("final") == 1
+
+
+def _put(api: Api, name: str, key: str, body: dict[str, Any]) -> Callable[[], tuple[int, Any]]:
+    def call() -> tuple[int, Any]:
+        response = api.client.put(
+            api.path(f"/schedules/by-name/{name}"), headers=api.headers(key), json=body
+        )
+        return response.status_code, response.json()
+
+    return call
+
+
+def test_puts_of_one_new_name_converge_and_each_key_replays_its_own_answer(
+    processes: list[bootstrap.Punctual],
+) -> None:
+    """Schedules as code applied from several places at once (OS-4): one PUT creates the
+    name, every other one answers as an update of it or as unchanged, none hears
+    ``name_taken``, and a retry with each key answers exactly what that key was answered."""
+    body = {key: value for key, value in _body("nightly").items() if key != "name"}
+    with ExitStack() as stack:
+        clients = _clients(processes, stack)
+        for round_ in range(ROUNDS):
+            tenant = f"applying-{round_}"
+            apis = [member_api(processes[0], client, tenant, "alice") for client in clients]
+            puts = [
+                _put(apis[i % 2], "nightly", f"apply-{round_}-{i}", body) for i in range(CONTENDERS)
+            ]
+            results = _race(puts)
+
+            statuses = sorted(status for status, _ in results)
+            assert statuses == [200] * (CONTENDERS - 1) + [201], results
+            assert len({answer["id"] for _, answer in results}) == 1, results
+            assert [answer["changed"] for _, answer in results].count(True) == 1, results
+            assert [put() for put in puts] == results
+            listed = apis[0].get("/schedules").json()["items"]
+            assert [s["name"] for s in listed] == ["nightly"]
+
+
+def test_a_mutation_that_lost_a_race_runs_again_and_its_answer_is_never_recorded(
+    processes: list[bootstrap.Punctual],
+) -> None:
+    """A race lost at the unique index depends on timing, not on the request: the runner
+    runs the mutation again (it then decides on what won), and when it keeps losing, the
+    caller hears ``409 name_taken`` but the key stays free, so a retry runs it again."""
+    system = processes[0]
+    runs: list[int] = []
+
+    def losing_once(tx: Any, now: Any) -> Outcome:
+        runs.append(1)
+        if len(runs) == 1:
+            raise RaceLost("lost", code="name_taken")
+        return Outcome(201, {"id": "sch_won"}, resource_id="sch_won")
+
+    request = IdempotentRequest("acme", "alice", "race-once", "fingerprint")
+    assert system.mutations.run(request, losing_once).body == {"id": "sch_won"}
+    assert len(runs) == 2
+    replayed = system.mutations.run(request, losing_once)
+    assert (replayed.replayed, len(runs)) == (True, 2)
+
+    def always_losing(tx: Any, now: Any) -> Outcome:
+        runs.append(1)
+        raise RaceLost("lost", code="name_taken")
+
+    runs.clear()
+    keep_losing = IdempotentRequest("acme", "alice", "race-always", "fingerprint")
+    with pytest.raises(RaceLost):
+        system.mutations.run(keep_losing, always_losing)
+    tried = len(runs)
+    assert tried > 1
+    assert system.mutations.run(keep_losing, losing_once).status == 201
+    assert len(runs) > tried
 
 
 # -- the generation pass against a concurrent edit (PostgreSQL only) ------------------------

@@ -6,7 +6,9 @@ it; the mutation then runs in a second transaction that also records the decided
 outcome, so an accepted mutation and its recorded answer commit together or not at all.
 
 Only decided outcomes are recorded (2xx except 202, and deterministic 4xx); anything
-else releases the key so that a retry can still succeed. The mutation runs on a
+else releases the key so that a retry can still succeed. A mutation that lost a race to a
+concurrent write (``RaceLost``) runs again and decides on what won; that answer is never
+recorded. The mutation runs on a
 background thread: if it is not decided within the bounded API wait the caller gets
 ``202 in_progress`` while it carries on, and a retry with the same key returns its
 outcome once it is decided.
@@ -43,7 +45,7 @@ from dataclasses import dataclass
 from datetime import datetime, timedelta
 from typing import Any
 
-from punctual.errors import Conflict, PunctualError, Unavailable
+from punctual.errors import Conflict, PunctualError, RaceLost, Unavailable
 from punctual.ports.records import KeyOutcome
 from punctual.ports.store import Tx
 from punctual.usecases.audit import AuditedRequest, being_served
@@ -51,6 +53,9 @@ from punctual.usecases.context import Services
 
 IN_PROGRESS_BODY = {"status": "in_progress"}
 _POLL_SECONDS = 0.02
+_RACE_RUNS = 3
+"""How often a mutation that keeps losing races runs before its caller hears the conflict
+(unrecorded: a retry with the key runs it again)."""
 _serving: ContextVar[str | None] = ContextVar("punctual_idempotent_request", default=None)
 
 
@@ -355,9 +360,13 @@ class MutationRunner:
     ) -> Outcome:
         services = self._services
         try:
-            outcome = self._step(request, owner, mutation, audited)
+            outcome = self._replanned_step(request, owner, mutation, audited)
             while outcome.then is not None:
                 outcome = self._step(request, owner, outcome.then(), audited)
+        except RaceLost:
+            if request is not None:
+                self._release(request, owner)
+            raise
         except PunctualError as exc:
             status = self._error_status(exc)
             if request is not None:
@@ -371,6 +380,24 @@ class MutationRunner:
         if outcome.after_commit is not None:
             self._followers.submit(outcome.after_commit)
         return outcome
+
+    def _replanned_step(
+        self,
+        request: IdempotentRequest | None,
+        owner: str,
+        mutation: Mutation,
+        audited: AuditedRequest | None,
+    ) -> Outcome:
+        """The mutation's first step, run again while it loses a race (``RaceLost``: a
+        concurrent write won after this one's checks had passed). Its transaction rolled
+        back, so the next run decides on what won, as a request sent after it would: a
+        ``PUT`` of a name another ``PUT`` just created answers as an update or unchanged."""
+        for _ in range(_RACE_RUNS - 1):
+            try:
+                return self._step(request, owner, mutation, audited)
+            except RaceLost:
+                continue
+        return self._step(request, owner, mutation, audited)
 
     def _step(
         self,

@@ -419,7 +419,11 @@ def plan_upsert(
     services: Services, principal: Principal, cmd: UpsertByName, tx: Tx, now: datetime
 ) -> UpsertPlan:
     """Decide create, update (with the changed fields) or unchanged, every check passed;
-    nothing is written."""
+    nothing is written. The tenant's create lock comes first: a concurrent ``PUT`` or
+    create of the same new name then commits before this one looks the name up, so two
+    ``PUT``s of one new name converge (one creates, the other updates or changes nothing)
+    instead of one losing to the unique index."""
+    tx.schedules.lock_for_create(principal.tenant)
     schedule = tx.schedules.by_name(principal.tenant, cmd.name, lock=True)
     create = _check_request(cmd, now)
     if schedule is None:

@@ -27,7 +27,7 @@ from punctual.domain.schedules import (
     spec_from_json,
     spec_to_json,
 )
-from punctual.errors import Conflict
+from punctual.errors import RaceLost
 from punctual.ports.records import (
     CursorMove,
     DueSchedule,
@@ -42,8 +42,8 @@ _st = t.schedule_status.c
 _LIVE_NAME = next(index for index in t.schedules.indexes if index.name == "uq_schedules_live_name")
 
 
-def _name_taken() -> Conflict:
-    return Conflict(
+def _name_taken() -> RaceLost:
+    return RaceLost(
         "a live schedule of this tenant already has this name; choose another name or edit "
         "that schedule",
         code="name_taken",
@@ -113,7 +113,7 @@ class SqlSchedules:
         self._conn = conn
 
     def insert(self, new: NewSchedule, now: datetime) -> Schedule:
-        """Raises ``Conflict`` ``name_taken`` when a concurrent create or rename took the
+        """Raises ``RaceLost`` ``name_taken`` when a concurrent create or rename took the
         name after the caller checked it (the unique index is the last word)."""
         self._execute_naming(
             sa.insert(t.schedules).values(
