@@ -170,7 +170,8 @@ idempotency_keys = sa.Table(
     sa.Column("lease_until", UTCDateTime, nullable=False),
     sa.Column("status_code", sa.Integer),
     sa.Column("response", JSONType),
-    sa.Column("resource_id", sa.String(40)),
+    # What the outcome names: a resource's id, or a member's subject (up to 200 characters).
+    sa.Column("resource_id", sa.String(200)),
     sa.Column("created_at", UTCDateTime, nullable=False),
     sa.Column("decided_at", UTCDateTime),
     # Per tenant, for the retention sweep (each tenant has its own window); keys still in
@@ -498,7 +499,9 @@ webhooks = sa.Table(
     sa.Column("tenant", sa.String(64), nullable=False),
     sa.Column("url", sa.LargeBinary, nullable=False),
     sa.Column("url_key_id", sa.String(64), nullable=False),
-    sa.Column("url_display", sa.String(400), nullable=False),
+    # The URL cut after its host: as long as the host, up to several times the URL's own
+    # length once an internationalised name is spelt in ASCII (punycode).
+    sa.Column("url_display", sa.Text, nullable=False),
     sa.Column("secret", sa.LargeBinary),
     sa.Column("secret_key_id", sa.String(64)),
     sa.Column("events", JSONType, nullable=False),
