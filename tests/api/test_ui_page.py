@@ -169,6 +169,10 @@ def test_sign_in_without_a_matching_csrf_token_is_refused(ui: Ui) -> None:
         "missing": {"token": ui.member},
         "garbage": {"token": ui.member, "csrf_token": "k1.bm90LWEtdG9rZW4"},
         "another browser's": {"token": ui.member, "csrf_token": foreign},
+        "the page's own with a character appended": {
+            "token": ui.member,
+            "csrf_token": form["csrf_token"] + "!",
+        },
     }
     for name, data in attempts.items():
         response = ui.client.post("/ui/sign-in", data=data, follow_redirects=False)

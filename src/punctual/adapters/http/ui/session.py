@@ -77,7 +77,11 @@ class Sealer:
             return None
         key_id, _, payload = text.partition(".")
         try:
-            ciphertext = base64.urlsafe_b64decode(payload + "=" * (-len(payload) % 4))
+            # Strict: the lenient decoder drops characters outside the alphabet, so a
+            # sealed value with anything appended would still open.
+            ciphertext = base64.b64decode(
+                payload + "=" * (-len(payload) % 4), altchars=b"-_", validate=True
+            )
             return self._codec.decrypt(EncryptedInput(key_id, ciphertext), purpose)
         except (binascii.Error, ValueError, PunctualError):
             return None
