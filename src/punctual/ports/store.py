@@ -578,6 +578,9 @@ class Findings(Protocol):
 
     def clear(self, tenant: str, kind: str, subject_id: str) -> None: ...
 
+    def clear_each(self, kind: str, subjects: Collection[tuple[str, str]]) -> None:
+        """``clear`` for many (tenant, subject) pairs of one kind, in one statement."""
+
     def find(self, tenant: str, after_seq: int = 0, limit: int = 100) -> list[Finding]: ...
 
     def latest(self, tenant: str, limit: int) -> list[Finding]:
@@ -624,10 +627,10 @@ class FollowThrough(Protocol):
         """Stage 1 (finalize_timed_out recorded, run still live) or 2 (done: never claimed
         again)."""
 
-    def hold_schedules(self, schedule_ids: Collection[str]) -> None:
-        """Hold each schedule's outcome lock until commit, taken in id order: passes that
-        judge one schedule's outcomes (``schedule_failing``, OP-2) do so one at a time, each
-        reading what the one before it wrote."""
+    def hold_outcomes(self) -> None:
+        """Hold the lock of schedules' outcome judgements until commit: passes that judge
+        schedules' last runs (``schedule_failing``, OP-2) do so one at a time, each reading
+        what the one before it wrote. One statement, however many schedules a pass has."""
 
     def latest_outcomes(
         self, schedule_ids: Collection[str], count: int

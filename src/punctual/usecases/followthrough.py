@@ -123,8 +123,9 @@ def _judge_streaks(
     Judged here, off the worker's path, from the runs table as it stands, for every
     schedule with an outcome in this pass: a schedule whose latest end in the pass is a
     completion is cleared without a read (runs that ended later are judged by a later
-    pass). The schedules' locks make concurrent passes judge one schedule in turn, so a
-    completion's pass always sees, and clears, what a pass of an earlier failure raised.
+    pass). The judgement lock makes concurrent passes judge in turn, so a completion's
+    pass always sees, and clears, what a pass of an earlier failure raised. A few
+    statements per pass, however many schedules it has.
     """
     latest_end: dict[str, EndedRun] = {}
     for run in ended:  # claimed oldest end first: the last one seen is the latest
@@ -132,13 +133,14 @@ def _judge_streaks(
             latest_end[run.schedule_id] = run
     if not latest_end:
         return
-    tx.follow_through.hold_schedules(latest_end)
+    tx.follow_through.hold_outcomes()
     suspects = [
         schedule_id
         for schedule_id, run in latest_end.items()
         if run.state in _FAILURES and _live(schedules.get(schedule_id))
     ]
     outcomes = tx.follow_through.latest_outcomes(suspects, FAILING_STREAK)
+    cleared: list[tuple[str, str]] = []
     for schedule_id, run in sorted(latest_end.items()):
         latest = outcomes.get(schedule_id, [])
         schedule = schedules.get(schedule_id)
@@ -153,7 +155,8 @@ def _judge_streaks(
                 now,
             )
         elif schedule_id not in suspects or any(state == "completed" for _, state in latest):
-            tx.findings.clear(run.tenant, SCHEDULE_FAILING, schedule_id)
+            cleared.append((run.tenant, schedule_id))
+    tx.findings.clear_each(SCHEDULE_FAILING, cleared)
 
 
 def _failing_text(schedule: Schedule, latest: list[tuple[str, str]]) -> str:

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+from collections.abc import Collection
 from datetime import datetime
 
 import sqlalchemy as sa
@@ -53,6 +54,15 @@ class SqlFindings:
         self._conn.execute(
             sa.delete(t.findings).where(
                 _f.tenant == tenant, _f.kind == kind, _f.subject_id == subject_id
+            )
+        )
+
+    def clear_each(self, kind: str, subjects: Collection[tuple[str, str]]) -> None:
+        if not subjects:
+            return
+        self._conn.execute(
+            sa.delete(t.findings).where(
+                _f.kind == kind, sa.tuple_(_f.tenant, _f.subject_id).in_(sorted(set(subjects)))
             )
         )
 

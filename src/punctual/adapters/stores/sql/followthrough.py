@@ -170,11 +170,9 @@ class SqlFollowThrough:
             .values(follow_up=stage)
         )
 
-    def hold_schedules(self, schedule_ids: Collection[str]) -> None:
-        """Per schedule, in id order, a lock held until commit (PostgreSQL; SQLite's write
-        lock already serializes passes)."""
-        for schedule_id in sorted(set(schedule_ids)):
-            lock_name(self._conn, f"punctual.schedule_outcomes:{schedule_id}")
+    def hold_outcomes(self) -> None:
+        """A transaction lock on PostgreSQL; SQLite's write lock already serializes passes."""
+        lock_name(self._conn, "punctual.schedule_outcomes")
 
     def latest_outcomes(
         self, schedule_ids: Collection[str], count: int
