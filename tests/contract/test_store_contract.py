@@ -482,7 +482,7 @@ def test_prune_workers_forgets_silent_and_stopped_workers(store: SqlStore) -> No
         tx.definitions.upsert_worker(
             worker_record("wrk-stopped", heartbeat_at=at(-1), stopped_at=at(-7200))
         )
-        assert tx.definitions.prune_workers(at(-3600)) == 2
+        assert tx.definitions.prune_workers(at(-3600)) == ["wrk-silent", "wrk-stopped"]
         assert [w.id for w in tx.definitions.live_workers(at(-3600))] == ["wrk-live"]
 
 

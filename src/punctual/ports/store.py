@@ -141,7 +141,8 @@ class Definitions(Protocol):
     def live_workers(self, since: datetime) -> list[WorkerRecord]:
         """Workers that heartbeated at or after ``since`` and have not stopped."""
 
-    def prune_workers(self, before: datetime) -> int: ...
+    def prune_workers(self, before: datetime) -> list[str]:
+        """Forget workers that stopped or went silent before ``before``; their ids."""
 
 
 class Idempotency(Protocol):

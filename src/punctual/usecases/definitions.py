@@ -2,8 +2,9 @@
 
 from __future__ import annotations
 
+import logging
 from collections.abc import Iterable
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from datetime import datetime, timedelta
 from typing import Any
 
@@ -13,8 +14,11 @@ from punctual.errors import ConfigurationError, Conflict, InvalidRequest, NotFou
 from punctual.ports.records import WorkerRecord
 from punctual.ports.store import Tx
 from punctual.usecases.context import Services
+from punctual.usecases.health import ARTIFACT_MISMATCH, HOST
 from punctual.usecases.keys import needed_by
 from punctual.usecases.projections import definition_view
+
+log = logging.getLogger("punctual.worker")
 
 
 @dataclass(frozen=True)
@@ -36,10 +40,32 @@ def input_problems(definition: Definition, payload: Any) -> list[str]:
     return schema_problems(definition.input_schema, payload)
 
 
+@dataclass(frozen=True)
+class ArtifactMismatch:
+    """A version whose code in a worker is not the code registered for it (OP-3)."""
+
+    workflow: str
+    version: str
+    artifact: str
+    """The artifact of the worker's code."""
+    registered: str
+
+
 def register_worker(
-    services: Services, worker: WorkerRecord, declared: Iterable[DeclaredDefinition]
-) -> None:
+    services: Services,
+    worker: WorkerRecord,
+    declared: Iterable[DeclaredDefinition],
+    *,
+    pid: int | None = None,
+) -> WorkerRecord:
     """Record a worker and the definitions it loaded; first versions become active (WF-2).
+
+    A version registered before keeps its artifact. A worker whose code for it differs
+    (a body edited without a new version) serves none of its runs (OP-3): the record
+    returned, the one stored, has only the versions whose code matches, so dispatch sends
+    the others' starts back to wait (DP-3) and the worker claims none of their runs; and
+    a host-wide ``artifact_mismatch`` finding names both artifacts and the process while
+    the worker lives (``pid`` completes its name).
 
     Registration locks each workflow name until commit; names are taken in sorted order
     so that two workers declaring the same workflows cannot deadlock.
@@ -55,7 +81,58 @@ def register_worker(
                 item.execution_timeout_seconds,
                 now,
             )
-        tx.definitions.upsert_worker(worker)
+        mismatched = _mismatches(tx, worker.loaded)
+        drifted = {(m.workflow, m.version) for m in mismatched}
+        served = replace(worker, loaded=[i for i in worker.loaded if (i[0], i[1]) not in drifted])
+        tx.definitions.upsert_worker(served)
+        if mismatched:
+            tx.findings.raise_finding(
+                HOST,
+                ARTIFACT_MISMATCH,
+                worker.id,
+                "warning",
+                mismatch_text(worker, pid, mismatched),
+                now,
+            )
+    for m in mismatched:
+        log.error(
+            "event=artifact_mismatch worker=%s host=%s pid=%s workflow=%s version=%s "
+            "artifact=%s registered=%s",
+            worker.id,
+            worker.host,
+            pid,
+            m.workflow,
+            m.version,
+            m.artifact,
+            m.registered,
+        )
+    return served
+
+
+def _mismatches(tx: Tx, loaded: Iterable[tuple[str, str, str]]) -> list[ArtifactMismatch]:
+    found: list[ArtifactMismatch] = []
+    for name, version, artifact in loaded:
+        registered = tx.definitions.get(name, version)
+        if registered is not None and registered.artifact != artifact:
+            found.append(ArtifactMismatch(name, version, artifact, registered.artifact))
+    return found
+
+
+def mismatch_text(
+    worker: WorkerRecord, pid: int | None, mismatched: Iterable[ArtifactMismatch]
+) -> str:
+    """What an operator reads: the process, and per version both artifacts and the fix."""
+    process = f"worker {worker.id} on host {worker.host}" + (f" (pid {pid})" if pid else "")
+    versions = "; ".join(
+        f"{m.workflow} version {m.version}: its code is {m.artifact}, the registered "
+        f"artifact is {m.registered}"
+        for m in mismatched
+    )
+    return (
+        f"{process} has code that differs from the registered artifact, so it takes no "
+        f"runs of these versions: {versions}. Deploy the registered code there, or register "
+        "the changed body as a new version"
+    )
 
 
 def loaded_versions(tx: Tx, now: datetime, liveness_seconds: float) -> set[tuple[str, str, str]]:

@@ -18,6 +18,7 @@ from punctual.ports.events import Event
 from punctual.ports.records import AttemptOutcome, ClaimedRun, RunClaim, RunFlags, WorkerRecord
 from punctual.usecases.context import Services
 from punctual.usecases.definitions import DeclaredDefinition, register_worker
+from punctual.usecases.health import ARTIFACT_MISMATCH, HOST
 
 log = logging.getLogger("punctual.worker")
 
@@ -33,9 +34,15 @@ class ClaimedWork:
 
 
 def start_worker(
-    services: Services, worker: WorkerRecord, declared: Sequence[DeclaredDefinition]
-) -> None:
-    register_worker(services, worker, declared)
+    services: Services,
+    worker: WorkerRecord,
+    declared: Sequence[DeclaredDefinition],
+    *,
+    pid: int | None = None,
+) -> WorkerRecord:
+    """Register the worker; the record returned names the versions it may take runs of
+    (those whose code is the registered code, OP-3)."""
+    return register_worker(services, worker, declared, pid=pid)
 
 
 def claim_runs(
@@ -201,8 +208,10 @@ def not_storable(finished: Finished, exc: Exception) -> Finished:
 
 
 def stop_worker(services: Services, worker_id: str) -> None:
+    """The worker stopped; its ``artifact_mismatch`` finding, if any, goes with it."""
     with services.store.transaction() as tx:
         tx.definitions.stop_worker(worker_id, services.clock.now())
+        tx.findings.clear(HOST, ARTIFACT_MISMATCH, worker_id)
 
 
 @dataclass(frozen=True)
@@ -223,6 +232,7 @@ def reap(services: Services) -> ReapReport:
         backlog = tx.starts.count_due(now)
         timed_out = tx.runs.time_out_pending(pending_cutoff, now, policy.pending_timeout_seconds)
         timed_out += tx.runs.time_out_running(now, BACKSTOP_GRACE_SECONDS)
-        tx.definitions.prune_workers(now - timedelta(days=1))
+        for worker_id in tx.definitions.prune_workers(now - timedelta(days=1)):
+            tx.findings.clear(HOST, ARTIFACT_MISMATCH, worker_id)  # killed, never stopped
     services.events.emit(Event("dispatch.backlog", "*", "runner", {"due": backlog}))
     return ReapReport(requeued, failed, timed_out)

@@ -9,7 +9,7 @@ from punctual.domain.permissions import Action, Principal, require
 from punctual.domain.recurrence import tzdata_version
 from punctual.domain.starts import StartState
 from punctual.errors import not_found
-from punctual.ports.records import StartFilter, WorkerRecord
+from punctual.ports.records import Finding, StartFilter, WorkerRecord
 from punctual.ports.store import Tx
 from punctual.usecases.context import Services
 from punctual.usecases.idempotency import Mutation, Outcome
@@ -17,6 +17,9 @@ from punctual.usecases.projections import finding_view, start_view, ts
 
 HOST = "*"
 """The tenant of host-wide findings (an engine outage), shown in every tenant's report."""
+ARTIFACT_MISMATCH = "artifact_mismatch"
+"""The host-wide finding of a worker whose code for a version is not the registered code
+(OP-3); its subject is the worker, and it is shown, and degrades, while that worker lives."""
 FAILED_LIST_LIMIT = 100
 FINDING_LIST_LIMIT = 200
 """Findings shown per report; the status counts every open one (the list is a window)."""
@@ -46,6 +49,8 @@ def report(services: Services, principal: Principal) -> dict[str, Any]:
         workers = tx.definitions.live_workers(since)
         counts = tx.starts.occurrence_counts(principal.tenant)
         live = tx.schedules.find(principal.tenant, 0, SCHEDULE_LIST_LIMIT)
+    findings = current(findings, workers)
+    open_failures += drifting(findings)
     outage = any(f.kind == "engine_unavailable" for f in findings)
     engine_up = engine_up and not outage
     degraded = bool(open_failures) or not engine_up or bool(stalled)
@@ -75,6 +80,18 @@ def report(services: Services, principal: Principal) -> dict[str, Any]:
     }
 
 
+def current(findings: list[Finding], workers: list[WorkerRecord]) -> list[Finding]:
+    """The findings without the ``artifact_mismatch`` of workers no longer live: a worker
+    killed without stopping leaves its row until the reaper forgets the worker."""
+    live = {worker.id for worker in workers}
+    return [f for f in findings if f.kind != ARTIFACT_MISMATCH or f.subject_id in live]
+
+
+def drifting(findings: list[Finding]) -> int:
+    """Live workers with drifted code: each is an open failure until it stops (OP-2)."""
+    return sum(1 for f in findings if f.kind == ARTIFACT_MISMATCH)
+
+
 def worker_view(worker: WorkerRecord) -> dict[str, Any]:
     return {
         "id": worker.id,
@@ -102,9 +119,10 @@ def host_report(services: Services) -> dict[str, Any]:
     tenants: list[dict[str, Any]] = []
     orphans: list[dict[str, Any]] = []
     with services.store.transaction(readonly=True) as tx:
-        host_findings = tx.findings.latest(HOST, FINDING_LIST_LIMIT)
+        workers = tx.definitions.live_workers(since)
+        host_findings = current(tx.findings.latest(HOST, FINDING_LIST_LIMIT), workers)
         engine_up = engine_up and not any(f.kind == "engine_unavailable" for f in host_findings)
-        host_failures = tx.findings.count_open(HOST, "error")
+        host_failures = tx.findings.count_open(HOST, "error") + drifting(host_findings)
         for tenant in tx.retention.tenants():
             failures = host_failures + tx.findings.count_open(tenant, "error")
             stalled = tx.starts.stalled(tenant, STALL_GRACE.total_seconds(), now, FAILED_LIST_LIMIT)
@@ -123,8 +141,12 @@ def host_report(services: Services) -> dict[str, Any]:
                 for f in tx.findings.latest(tenant, FINDING_LIST_LIMIT)
                 if f.kind == ORPHANED_SCHEDULE and f.acknowledged_at is None
             ]
-        workers = tx.definitions.live_workers(since)
-    degraded = not engine_up or bool(orphans) or any(t["status"] == "degraded" for t in tenants)
+    degraded = (
+        not engine_up
+        or bool(orphans)
+        or bool(drifting(host_findings))
+        or any(t["status"] == "degraded" for t in tenants)
+    )
     return {
         "status": "degraded" if degraded else "ok",
         "tenants": tenants,

@@ -1,5 +1,8 @@
 """The local worker: claims runs it has loaded, executes them in child processes, reports.
 
+It claims runs only of the versions whose code is the registered artifact: a version whose
+body was edited without a new version is left to workers with the registered code (OP-3).
+
 One control thread claims, heartbeats and checks flags; one recorder thread records
 outcomes and body starts, all those since its last commit in one transaction, so the slot
 pool hands an outcome over without waiting on the store. Run bodies execute in a
@@ -16,6 +19,7 @@ lease can expire and another worker take the run over.
 from __future__ import annotations
 
 import logging
+import os
 import socket
 import threading
 import time
@@ -119,7 +123,9 @@ class LocalWorker:
         self._claim_batch = max(1, self._pool.capacity // 4)
         """The least a claim asks for while every slot still has work: claims stay few
         and large under load, and an idle slot is filled at once."""
-        self._loaded = [(d.name, d.version) for d in app.definitions]
+        self._loaded: list[tuple[str, str]] = []
+        """The versions whose runs this worker claims: those its registration found to be
+        the registered code (OP-3); set by ``start``."""
 
     def start(self) -> None:
         self._pool.start()
@@ -137,7 +143,10 @@ class LocalWorker:
             heartbeat_at=now,
             stopped_at=None,
         )
-        execution.start_worker(self._services, record, declared_definitions(self._app))
+        served = execution.start_worker(
+            self._services, record, declared_definitions(self._app), pid=os.getpid()
+        )
+        self._loaded = [(name, version) for name, version, _ in served.loaded]
         self._recorder = threading.Thread(
             target=self._record_loop, name=f"worker-{self.id}-recorder", daemon=True
         )

@@ -4,6 +4,9 @@ Temporal hands a worker the activity of a ``punctual.run`` execution; ``RunExecu
 turns it into a body running in one of the worker's child processes (the local engine's
 ``SlotPool``, so terminate and timeouts can kill a body outright, docs/decisions/0002):
 
+0. a run of a version this worker does not serve (not loaded, or its code differs from
+   the registered artifact, OP-3) is refused at once, before anything is read or recorded:
+   the workflow asks again later, so the run waits for a worker that serves it;
 1. read the run from the store by run id — its encrypted input lives only there; dispatch
    starts the execution *before* it records the run, so the record may lag by a moment
    and is waited for (bounded by the pending timeout, or given up as soon as the run's
@@ -35,7 +38,7 @@ from __future__ import annotations
 import asyncio
 import logging
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Iterable
 from datetime import datetime
 from typing import Any
 
@@ -97,6 +100,10 @@ class RunExecutor:
     def __init__(self, services: Services, app_ref: str, slots: int, ledger: RunLedger) -> None:
         self._services = services
         self._ledger = ledger
+        self._served: frozenset[tuple[str, str]] = frozenset()
+        """The (workflow, version) whose runs this worker takes: set from its registration
+        (``serve``); until then it takes none."""
+        self._worker_id = ""
         self._pool = SlotPool(app_ref, slots, on_started=self._on_started, on_finished=self._done)
         self._loop: asyncio.AbstractEventLoop | None = None
         self._waiting: dict[str, asyncio.Future[Outcome]] = {}
@@ -114,11 +121,18 @@ class RunExecutor:
     def close(self, grace_seconds: float) -> None:
         self._pool.close(grace_seconds)
 
+    def serve(self, worker_id: str, versions: Iterable[tuple[str, str]]) -> None:
+        """Take runs of ``versions`` only: those whose code is the registered code (OP-3)."""
+        self._worker_id = worker_id
+        self._served = frozenset(versions)
+
     # ---- the activity ----------------------------------------------------------------
 
     @activity.defn(name=ACTIVITY_TYPE)
     async def execute(self, args: RunArgs) -> Any:
-        attempt = activity.info().attempt
+        if (args.workflow, args.version) not in self._served:
+            self._not_served(args)
+        attempt = args.attempts_before + activity.info().attempt
         record = await self._wait_for_record(args)
         if not record.active:
             return self._already_ended(record)
@@ -196,6 +210,28 @@ class RunExecutor:
         raise ApplicationError(
             message, error, type=FailureType.INPUT_KEY_UNKNOWN, non_retryable=last
         ) from None
+
+    def _not_served(self, args: RunArgs) -> None:
+        """Refuse a run of a version this worker does not serve, charging nothing: the
+        workflow schedules it again after a wait, for a worker that serves it (OP-3)."""
+        message = (
+            f"worker {self._worker_id} does not serve {args.workflow} version {args.version} "
+            "(not loaded, or its code differs from the registered artifact); the run waits "
+            "for a worker that serves it"
+        )
+        log.info(
+            "event=run_not_served run=%s workflow=%s version=%s",
+            args.run_id,
+            args.workflow,
+            args.version,
+        )
+        raise ApplicationError(
+            message,
+            {"attempt": activity.info().attempt, "worker": self._worker_id},
+            type=FailureType.NOT_SERVED,
+            non_retryable=True,
+            category=ApplicationErrorCategory.BENIGN,
+        )
 
     @staticmethod
     def _superseded(run_id: str, attempt: int, recorded: int) -> None:

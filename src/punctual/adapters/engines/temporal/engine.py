@@ -437,8 +437,10 @@ async def _closed(client: Client, run_id: str, events: Sequence[HistoryEvent]) -
     execution never changes and the converter reads no outside state, so the next pass
     would fail the same way."""
     attempts = 0
+    refused = _refused_starts(events)
     for event in events:
-        if event.HasField("activity_task_started_event_attributes"):
+        started = event.HasField("activity_task_started_event_attributes")
+        if started and event.event_id not in refused:
             attempts = max(attempts, event.activity_task_started_event_attributes.attempt)
     last = events[-1]
     ended_at = last.event_time.ToDatetime(tzinfo=UTC)
@@ -453,6 +455,18 @@ async def _closed(client: Client, run_id: str, events: Sequence[HistoryEvent]) -
             "was the execution written by a worker other than punctual's?",
         )
         return Observation(run_id, "failed", attempts, None, error, ended_at, undecodable=True)
+
+
+def _refused_starts(events: Sequence[HistoryEvent]) -> set[int]:
+    """Started events of activity attempts a worker refused (``NOT_SERVED``, OP-3): they
+    ran no body, so they are no attempt of the run."""
+    refused: set[int] = set()
+    for event in events:
+        if event.HasField("activity_task_failed_event_attributes"):
+            failed = event.activity_task_failed_event_attributes
+            if failed.failure.application_failure_info.type == FailureType.NOT_SERVED:
+                refused.add(failed.started_event_id)
+    return refused
 
 
 async def _decoded(

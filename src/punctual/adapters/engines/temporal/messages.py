@@ -39,6 +39,10 @@ class FailureType:
     """The worker stopped under the body; retryable, so another worker takes the run."""
     INPUT_KEY_UNKNOWN = "punctual.InputKeyUnknown"
     """This worker does not hold the input's key; retryable, another worker may (FT-1)."""
+    NOT_SERVED = "punctual.NotServed"
+    """This worker does not serve the run's version: it lacks it, or its code for it is not
+    the registered code (OP-3). The body never began; the workflow asks again later, so the
+    run waits for a worker that serves it, and the refused attempt is not charged."""
 
 
 FailedRunState = Literal["failed", "canceled", "timed_out", "terminated"]
@@ -96,3 +100,7 @@ class RunArgs:
     """Attempts after lost workers before the run fails (never retries a raising body)."""
     ordered_at: float
     """Unix time at which dispatch asked for the run; bounds the wait for its record."""
+    attempts_before: int = 0
+    """Attempts of the run made before this activity was scheduled (the workflow schedules
+    a new one after a refusal, ``NOT_SERVED``): the run's attempt is this plus the
+    activity's own."""

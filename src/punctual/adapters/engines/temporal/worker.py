@@ -12,6 +12,11 @@ A worker of engine ``temporal`` is two things at once:
 The store heartbeat is tied to the Temporal workers: if one of them dies, heartbeats stop
 and the worker's versions stop counting as loaded, so dispatch does not send runs to a
 queue nobody serves.
+
+Temporal hands a queue's tasks to any of its pollers, whatever they loaded. A worker takes
+only runs of the versions it serves, those whose code its registration found to be the
+registered artifact (OP-3); it refuses any other before the body begins, and the workflow
+asks again later, for another poller (``PunctualRun``).
 """
 
 from __future__ import annotations
@@ -19,6 +24,7 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import logging
+import os
 import socket
 import threading
 import time
@@ -137,12 +143,15 @@ class _Serve:
                         identity=f"punctual-{self.id}@{socket.gethostname()}",
                     )
                 )
+            # Registered before polling: the executor knows from the first task which
+            # versions it serves (OP-3); a run dispatched meanwhile waits in its queue.
+            served = await asyncio.to_thread(self._register, app)
+            registered = True
+            executor.serve(self.id, [(name, version) for name, version, _ in served.loaded])
             tasks = [
                 asyncio.create_task(w.run(), name=f"temporal-worker-{w.task_queue}")
                 for w in workers
             ]
-            await asyncio.to_thread(self._register, app)
-            registered = True
             log.info(
                 "event=worker_started engine=temporal worker=%s queues=%s slots=%d",
                 self.id,
@@ -179,7 +188,7 @@ class _Serve:
                 code="engine_unavailable",
             ) from exc
 
-    def _register(self, app: App) -> None:
+    def _register(self, app: App) -> WorkerRecord:
         now = self.services.clock.now()
         record = WorkerRecord(
             id=self.id,
@@ -192,7 +201,9 @@ class _Serve:
             heartbeat_at=now,
             stopped_at=None,
         )
-        execution.start_worker(self.services, record, declared_definitions(app))
+        return execution.start_worker(
+            self.services, record, declared_definitions(app), pid=os.getpid()
+        )
 
     def _unregister(self) -> None:
         try:

@@ -14,6 +14,7 @@ pure ``punctual.domain.runs``.
 
 from __future__ import annotations
 
+from dataclasses import replace
 from datetime import timedelta
 from typing import Any
 
@@ -39,48 +40,95 @@ with workflow.unsafe.imports_passed_through():
 START_TO_CLOSE_GRACE = timedelta(seconds=30)
 """Slack on top of the body's own deadline, which the worker enforces by killing the body;
 Temporal's start-to-close is only the backstop for a worker that stops reporting."""
+NOT_SERVED_FIRST_WAIT = timedelta(seconds=1)
+NOT_SERVED_MAX_WAIT = timedelta(seconds=10)
+"""After a worker refused the run (``NOT_SERVED``), the workflow waits this long, doubling
+from the first wait, before it asks again: another poller of the queue may serve it."""
 
 
 def retry_policy(args: RunArgs) -> RetryPolicy:
-    """Lost workers are retried as new attempts; raising bodies never are (WF-4)."""
+    """Lost workers are retried as new attempts; raising bodies never are (WF-4). An
+    activity scheduled after a refusal has the attempts the run has left."""
     return RetryPolicy(
         initial_interval=timedelta(seconds=1),
         backoff_coefficient=2.0,
         maximum_interval=timedelta(seconds=30),
-        maximum_attempts=max(1, args.max_attempts),
+        maximum_attempts=max(1, args.max_attempts - args.attempts_before),
     )
 
 
 @workflow.defn(name=WORKFLOW_TYPE)
 class PunctualRun:
-    """Run one punctual run: one activity, whose result or failure is the workflow's."""
+    """Run one punctual run: one activity, whose result or failure is the workflow's.
+
+    A worker that does not serve the run's version (it lacks it, or its code differs from
+    the registered artifact, OP-3) refuses it before the body begins; the workflow then
+    waits and schedules the activity again, so the run waits for a worker that serves it,
+    as a local run waits to be claimed, up to the pending timeout from its dispatch."""
 
     @workflow.run
     async def run(self, args: RunArgs) -> Any:
-        try:
-            return await workflow.execute_activity(
-                ACTIVITY_TYPE,
-                args,
-                # The activity may wait for its run record and a free slot before the
-                # body starts; the body's own deadline is enforced by the worker.
-                start_to_close_timeout=timedelta(
-                    seconds=args.timeout_seconds + args.pending_timeout_seconds
+        current = args
+        wait = NOT_SERVED_FIRST_WAIT
+        while True:
+            try:
+                return await workflow.execute_activity(
+                    ACTIVITY_TYPE,
+                    current,
+                    # The activity may wait for its run record and a free slot before the
+                    # body starts; the body's own deadline is enforced by the worker.
+                    start_to_close_timeout=timedelta(
+                        seconds=args.timeout_seconds + args.pending_timeout_seconds
+                    )
+                    + START_TO_CLOSE_GRACE,
+                    schedule_to_start_timeout=timedelta(seconds=args.pending_timeout_seconds),
+                    heartbeat_timeout=timedelta(seconds=args.heartbeat_timeout_seconds),
+                    retry_policy=retry_policy(current),
+                    # A cancel reaches the body cooperatively; wait for the body's answer
+                    # (it may clean up, end canceled, or even complete) before closing.
+                    cancellation_type=workflow.ActivityCancellationType.WAIT_CANCELLATION_COMPLETED,
                 )
-                + START_TO_CLOSE_GRACE,
-                schedule_to_start_timeout=timedelta(seconds=args.pending_timeout_seconds),
-                heartbeat_timeout=timedelta(seconds=args.heartbeat_timeout_seconds),
-                retry_policy=retry_policy(args),
-                # A cancel reaches the body cooperatively; wait for the body's answer
-                # (it may clean up, end canceled, or even complete) before closing.
-                cancellation_type=workflow.ActivityCancellationType.WAIT_CANCELLATION_COMPLETED,
-            )
-        except ActivityError as err:
-            failure = punctual_failure(err, args)
-            if failure is err:
-                # Re-raised as is: ``raise ... from`` would replace the cause, and the
-                # SDK reads the cause to tell a cancellation (CANCELED) from a failure.
-                raise
-            raise failure from None
+            except ActivityError as err:
+                refused = refused_attempt(err)
+                if refused is None:
+                    failure = punctual_failure(err, args)
+                    if failure is err:
+                        # Re-raised as is: ``raise ... from`` would replace the cause, and
+                        # the SDK reads the cause to tell a cancellation (CANCELED) from a
+                        # failure.
+                        raise
+                    raise failure from None
+                # The refused attempt ran no body: the next activity's first attempt takes
+                # its number, and the run keeps every attempt it had left.
+                current = replace(current, attempts_before=current.attempts_before + refused - 1)
+            deadline = args.ordered_at + args.pending_timeout_seconds
+            if workflow.now().timestamp() + wait.total_seconds() > deadline:
+                raise not_served_in_time(args)
+            await workflow.sleep(wait)
+            wait = min(wait * 2, NOT_SERVED_MAX_WAIT)
+
+
+def refused_attempt(err: ActivityError) -> int | None:
+    """The activity attempt a worker refused as not serving the run's version, if so."""
+    cause = err.cause
+    if not isinstance(cause, ApplicationError) or cause.type != FailureType.NOT_SERVED:
+        return None
+    detail = cause.details[0] if cause.details else None
+    attempt = detail.get("attempt") if isinstance(detail, dict) else None
+    return attempt if isinstance(attempt, int) and attempt >= 1 else 1
+
+
+def not_served_in_time(args: RunArgs) -> ApplicationError:
+    reason = (
+        f"no worker serving {args.workflow} version {args.version} with its registered code "
+        f"took it within {args.pending_timeout_seconds:g} s"
+    )
+    return ApplicationError(
+        reason,
+        run_error(RunErrorCode.TIMED_OUT, reason),
+        type=FailureType.TIMED_OUT,
+        non_retryable=True,
+    )
 
 
 def punctual_failure(err: ActivityError, args: RunArgs) -> BaseException:

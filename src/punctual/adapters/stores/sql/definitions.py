@@ -149,9 +149,11 @@ class SqlDefinitions:
             for r in self._conn.execute(query).mappings()
         ]
 
-    def prune_workers(self, before: datetime) -> int:
-        """Forget workers that stopped or went silent before ``before``."""
+    def prune_workers(self, before: datetime) -> list[str]:
+        """Forget workers that stopped or went silent before ``before``; their ids."""
         result = self._conn.execute(
-            sa.delete(t.workers).where(sa.or_(_w.heartbeat_at < before, _w.stopped_at < before))
+            sa.delete(t.workers)
+            .where(sa.or_(_w.heartbeat_at < before, _w.stopped_at < before))
+            .returning(_w.id)
         )
-        return result.rowcount
+        return sorted(result.scalars())
