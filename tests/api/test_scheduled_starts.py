@@ -8,7 +8,6 @@ key rules have their own module, ``test_idempotency.py``.
 from __future__ import annotations
 
 import re
-import time
 from collections.abc import Iterator
 from datetime import UTC, datetime, timedelta
 from typing import Any, Protocol
@@ -19,9 +18,11 @@ from fastapi.testclient import TestClient
 from punctual import bootstrap
 from punctual.domain.permissions import Role
 from punctual.ports.records import WorkerRecord
+from punctual.settings import Settings
 from punctual.usecases.definitions import register_worker
 from punctual.usecases.dispatch import dispatch_due
 from punctual.workflows import load_app
+from tests.conftest import FakeClock
 from tests.support.api import Api, echo_start, future, in_process, member_api, register_demo
 
 # The fields API.md names for a start; the implementation may add more, never remove any.
@@ -80,6 +81,23 @@ class Response(Protocol):
 
 
 @pytest.fixture
+def clock() -> FakeClock:
+    """Starts at the real now (a whole second, as the API renders milliseconds), so that
+    the instants ``future()`` gives lie ahead of it."""
+    return FakeClock(datetime.now(UTC).replace(microsecond=0))
+
+
+@pytest.fixture
+def system(settings: Settings, clock: FakeClock) -> Iterator[bootstrap.Punctual]:
+    """punctual on a clock that moves only when a test moves it: a start_at near the 5 s
+    bound on the past is judged against the instant the test chose, never against how long
+    a request took on a busy machine."""
+    built = bootstrap.build(settings, clock=clock)
+    yield built
+    built.close()
+
+
+@pytest.fixture
 def client(system: bootstrap.Punctual) -> Iterator[TestClient]:
     """The in-process app with the demo workflows registered (not loaded by a worker)."""
     register_demo(system)
@@ -87,9 +105,10 @@ def client(system: bootstrap.Punctual) -> Iterator[TestClient]:
         yield test_client
 
 
-def ago(seconds: float) -> str:
-    """An instant ``seconds`` before now, RFC 3339 with ``Z``."""
-    return future(-seconds)
+def ago(system: bootstrap.Punctual, seconds: float) -> str:
+    """An instant ``seconds`` before the system's (fake) now, RFC 3339 with ``Z``."""
+    earlier = system.services.clock.now() - timedelta(seconds=seconds)
+    return earlier.isoformat().replace("+00:00", "Z")
 
 
 def instant(text: str) -> datetime:
@@ -183,7 +202,7 @@ def dispatched_start(system: bootstrap.Punctual, api: Api) -> dict[str, Any]:
     """A start created 1 s in the past (due at once; well within the 5 s skew) and
     dispatched."""
     live_worker(system)
-    start = create(api, start_at=ago(1))
+    start = create(api, start_at=ago(system, 1))
     assert start["dispatch"] is None
     report = dispatch_due(system.services, "runner-test", 100)
     assert start["id"] in report.dispatched, report
@@ -214,7 +233,6 @@ def test_create_returns_201_with_the_contract_fields(
         "workload_class": "standard",
         "attributes": {"customer": "c-17"},
     }
-    before = datetime.now(UTC) - timedelta(seconds=1)
     response = api.post("/scheduled-starts", body)
     assert response.status_code == 201, response.text
     start = response.json()
@@ -235,9 +253,8 @@ def test_create_returns_201_with_the_contract_fields(
     assert start["last_error"] is None
     assert start["created_by"] == "alice"
     assert start["dispatch"] is None
-    after = datetime.now(UTC) + timedelta(seconds=1)
-    assert before <= instant(start["created_at"]) <= after
-    assert before <= instant(start["updated_at"]) <= after
+    assert instant(start["created_at"]) == system.services.clock.now()
+    assert instant(start["updated_at"]) == system.services.clock.now()
     # Input is never returned (OS-9), and nothing about the run leaks before dispatch.
     assert "input" not in keys_anywhere(start)
     assert not {"run_id", "definition_version", "artifact"} & keys_anywhere(start)
@@ -567,13 +584,20 @@ def test_start_at_more_than_5s_in_the_past_is_refused(
     system: bootstrap.Punctual, client: TestClient
 ) -> None:
     api = member_api(system, client)
-    error_of(api.post("/scheduled-starts", echo_start(start_at=ago(6))), 422, "start_at_in_past")
     error_of(
-        api.post("/scheduled-starts", echo_start(start_at=ago(86400))), 422, "start_at_in_past"
+        api.post("/scheduled-starts", echo_start(start_at=ago(system, 6))), 422, "start_at_in_past"
+    )
+    error_of(
+        api.post("/scheduled-starts", echo_start(start_at=ago(system, 86400))),
+        422,
+        "start_at_in_past",
     )
     start = create(api)
     error_of(
-        api.post(f"/scheduled-starts/{start['id']}/reschedule", {"version": 1, "start_at": ago(6)}),
+        api.post(
+            f"/scheduled-starts/{start['id']}/reschedule",
+            {"version": 1, "start_at": ago(system, 6)},
+        ),
         422,
         "start_at_in_past",
     )
@@ -585,7 +609,7 @@ def test_start_at_4s_in_the_past_is_accepted(
     system: bootstrap.Punctual, client: TestClient
 ) -> None:
     api = member_api(system, client)
-    start_at = ago(4)
+    start_at = ago(system, 4)
     response = api.post("/scheduled-starts", echo_start(start_at=start_at))
     assert response.status_code == 201, response.text
     start = response.json()
@@ -594,7 +618,7 @@ def test_start_at_4s_in_the_past_is_accepted(
     # Within the skew it is also accepted as a new start_at for a reschedule.
     other = create(api)
     moved = api.post(
-        f"/scheduled-starts/{other['id']}/reschedule", {"version": 1, "start_at": ago(4)}
+        f"/scheduled-starts/{other['id']}/reschedule", {"version": 1, "start_at": ago(system, 4)}
     )
     assert moved.status_code == 200, moved.text
 
@@ -918,7 +942,7 @@ def test_projection_reveals_dispatch_only_after_dispatch(
 ) -> None:
     api = member_api(system, client)
     live_worker(system)
-    created = create(api, start_at=ago(1))
+    created = create(api, start_at=ago(system, 1))
     sid = created["id"]
     before = api.get(f"/scheduled-starts/{sid}").json()
     assert before["dispatch"] is None
@@ -950,14 +974,14 @@ def test_projection_reveals_dispatch_only_after_dispatch(
 
 
 def test_order_replay_beats_new_request_checks_for_create(
-    system: bootstrap.Punctual, client: TestClient
+    system: bootstrap.Punctual, client: TestClient, clock: FakeClock
 ) -> None:
     """A create replayed after its start_at has passed returns the original 201 body."""
     api = member_api(system, client)
-    body = echo_start(start_at=ago(4))
+    body = echo_start(start_at=ago(system, 4))
     first = api.post("/scheduled-starts", body, key="create-once")
     assert first.status_code == 201, first.text
-    time.sleep(1.5)  # start_at is now more than 5 s in the past
+    clock.advance(2)  # start_at is now 6 s in the past: a new request is refused
     error_of(api.post("/scheduled-starts", body), 422, "start_at_in_past")
     replay = api.post("/scheduled-starts", body, key="create-once")
     assert replay.status_code == 201, replay.text
@@ -1004,7 +1028,7 @@ def test_order_replay_of_a_reschedule_after_dispatch(
     api = member_api(system, client)
     live_worker(system)
     start = create(api)
-    body = {"version": 1, "start_at": ago(1)}
+    body = {"version": 1, "start_at": ago(system, 1)}
     moved = api.post(f"/scheduled-starts/{start['id']}/reschedule", body, key="move-now")
     assert moved.status_code == 200, moved.text
     report = dispatch_due(system.services, "runner-test", 100)
@@ -1059,7 +1083,9 @@ def test_order_validation_beats_role(system: bootstrap.Punctual, client: TestCli
         "start_at_not_timezone_aware",
     )
     error_of(
-        viewer.post("/scheduled-starts", echo_start(start_at=ago(60))), 422, "start_at_in_past"
+        viewer.post("/scheduled-starts", echo_start(start_at=ago(system, 60))),
+        422,
+        "start_at_in_past",
     )
     error_of(viewer.post("/scheduled-starts", echo_start(workflow="nope")), 422, "unknown_workflow")
     error_of(viewer.post("/scheduled-starts", echo_start(input={})), 422, "input_invalid")
@@ -1069,7 +1095,9 @@ def test_order_validation_beats_role(system: bootstrap.Punctual, client: TestCli
     start = create(alice)
     sid = start["id"]
     error_of(
-        bob.post(f"/scheduled-starts/{sid}/reschedule", {"version": 1, "start_at": ago(60)}),
+        bob.post(
+            f"/scheduled-starts/{sid}/reschedule", {"version": 1, "start_at": ago(system, 60)}
+        ),
         422,
         "start_at_in_past",
     )
