@@ -4,6 +4,8 @@ a worker claims many runs in one claim and records them in batches."""
 
 from __future__ import annotations
 
+from collections import Counter
+from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
 
@@ -12,7 +14,9 @@ import pytest
 from punctual import bootstrap
 from punctual.adapters.engines.local.worker import LocalWorker
 from punctual.domain.runs import RunState
+from punctual.ports.records import RunClaim
 from punctual.usecases import execution
+from punctual.usecases.context import Services
 from tests.integration.test_worker_faults import (
     APP_REF,
     TENANT,
@@ -50,17 +54,29 @@ def test_runs_queued_behind_a_terminated_body_each_run_once_uncharged(
 def test_a_burst_is_claimed_many_runs_a_claim_and_each_run_once(
     system: bootstrap.Punctual, monkeypatch: pytest.MonkeyPatch
 ) -> None:
+    """Runs a slot takes back before their body began (queued behind a body that began
+    late, as on a loaded machine) are given back and claimed again: what holds however
+    many that are is that every run is claimed once more than it is given back."""
     runs = [insert_run(system, "echo", {"message": f"m{i}"}) for i in range(200)]
-    claimed: list[int] = []
+    claim_sizes: list[int] = []
+    claimed: Counter[str] = Counter()
+    given_back: Counter[str] = Counter()
     real_claim = execution.claim_runs
+    real_give_back = execution.give_back
 
     def counting(*args: Any) -> list[execution.ClaimedWork]:
         work = real_claim(*args)
         if work:
-            claimed.append(len(work))
+            claim_sizes.append(len(work))
+            claimed.update(item.run.id for item in work)
         return work
 
+    def counting_give_back(services: Services, claims: Sequence[RunClaim]) -> None:
+        real_give_back(services, claims)
+        given_back.update(claim.run_id for claim in claims)
+
     monkeypatch.setattr(execution, "claim_runs", counting)
+    monkeypatch.setattr(execution, "give_back", counting_give_back)
     start_worker(system)  # two slots
     for i, run_id in enumerate(runs):
         run = wait_finished(system, run_id)
@@ -70,5 +86,7 @@ def test_a_burst_is_claimed_many_runs_a_claim_and_each_run_once(
             1,
         )
         assert run.claimed_at is not None and run.started_at is not None
-    assert sum(claimed) == 200
-    assert max(claimed) > 2, f"a claim takes more runs than there are slots: {claimed}"
+    assert set(claimed) == set(runs)
+    kept = {run_id: claimed[run_id] - given_back[run_id] for run_id in runs}
+    assert kept == dict.fromkeys(runs, 1), "each run is claimed once beyond its give-backs"
+    assert max(claim_sizes) > 2, f"a claim takes more runs than there are slots: {claim_sizes}"
