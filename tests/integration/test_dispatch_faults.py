@@ -61,12 +61,13 @@ class HookedEngine:
         self.inner.terminate(tenant, run_id)
 
 
-@pytest.fixture
-def system(database_url: str, tmp_path: Path) -> Iterator[bootstrap.Punctual]:
+def _assembled(
+    database_url: str, tmp_path: Path, clock: FakeClock | None = None
+) -> Iterator[bootstrap.Punctual]:
     settings = make_settings(
         database_url, tmp_path, runner={"lease_seconds": 1.5}, worker={"heartbeat_seconds": 0.2}
     )
-    built = bootstrap.build(settings)
+    built = bootstrap.build(settings, clock=clock)
     try:
         register_demo(built)
         enroll(built, ALICE)
@@ -74,6 +75,20 @@ def system(database_url: str, tmp_path: Path) -> Iterator[bootstrap.Punctual]:
         yield built
     finally:
         built.close()
+
+
+@pytest.fixture
+def system(database_url: str, tmp_path: Path) -> Iterator[bootstrap.Punctual]:
+    yield from _assembled(database_url, tmp_path)
+
+
+@pytest.fixture
+def clocked(database_url: str, tmp_path: Path) -> Iterator[tuple[bootstrap.Punctual, FakeClock]]:
+    """The same system on a clock the test moves: an occurrence is generated ahead of its
+    time and falls due when the test says so, however long the steps between take."""
+    clock = FakeClock(datetime.now(UTC))
+    for built in _assembled(database_url, tmp_path, clock):
+        yield built, clock
 
 
 def _hooked(system: bootstrap.Punctual) -> HookedEngine:
@@ -383,11 +398,12 @@ def test_a_reschedule_while_dispatching_takes_effect(system: bootstrap.Punctual)
 
 
 def test_an_overlap_policy_occurrence_is_recorded_before_the_engine_is_asked(
-    system: bootstrap.Punctual,
+    clocked: tuple[bootstrap.Punctual, FakeClock],
 ) -> None:
     """The schedule's row lock is never held across an engine call: when the engine is
     asked, the run is already committed (another connection reads it), so a slow engine
     delays neither edits of the schedule nor other runners' decisions."""
+    system, clock = clocked
     engine = _hooked(system)
     seen: list[tuple[str | None, str | None]] = []
 
@@ -406,7 +422,7 @@ def test_an_overlap_policy_occurrence_is_recorded_before_the_engine_is_asked(
         other.dispose()
 
     engine.on_start = look_from_another_connection
-    clock_now = system.services.clock.now()
+    clock_now = clock.now()
     scheduler = Scheduler(system, "acme", "alice", Role.MEMBER)
     schedule = scheduler.schedule_every(
         "echo",
@@ -418,7 +434,7 @@ def test_an_overlap_policy_occurrence_is_recorded_before_the_engine_is_asked(
         starts_at=clock_now + timedelta(seconds=0.3),
     )
     assert generate(system.services, 10).generated >= 1  # generated ahead of its time
-    time.sleep(0.5)  # now it is due
+    clock.advance(0.5)  # now it is due
     dispatched = dispatch_due(system.services, "runner-overlap", 10)
     assert len(dispatched.dispatched) == 1, dispatched
     assert seen == [("pending", "dispatched")], seen
@@ -429,14 +445,15 @@ def test_an_overlap_policy_occurrence_is_recorded_before_the_engine_is_asked(
 
 
 def test_an_error_deciding_one_overlap_policy_occurrence_leaves_the_others(
-    system: bootstrap.Punctual, monkeypatch: pytest.MonkeyPatch
+    clocked: tuple[bootstrap.Punctual, FakeClock], monkeypatch: pytest.MonkeyPatch
 ) -> None:
     """FT-1 for the serialized path: one occurrence whose overlap decision raises is left
     to its lease; the others of the page dispatch, and the pass reports them."""
     from punctual.usecases import dispatch
 
+    system, clock = clocked
     scheduler = Scheduler(system, "acme", "alice", Role.MEMBER)
-    soon = system.services.clock.now() + timedelta(seconds=0.3)
+    soon = clock.now() + timedelta(seconds=0.3)
     for name in ("first", "second", "third"):
         scheduler.schedule_every(
             "echo",
@@ -448,7 +465,7 @@ def test_an_error_deciding_one_overlap_policy_occurrence_leaves_the_others(
             starts_at=soon,
         )
     assert generate(system.services, 10).generated >= 3  # ahead of their time
-    time.sleep(0.5)  # the first of each is due
+    clock.advance(0.5)  # the first of each is due
     real = dispatch.occurrence_overlap_decision
     calls = {"n": 0}
 
