@@ -4,7 +4,7 @@ VENV := .venv
 BIN := $(VENV)/bin
 STAMP := $(VENV)/.installed-stamp
 
-.PHONY: run test lint unit bench clean
+.PHONY: run test lint unit bench chaos clean
 
 $(STAMP): pyproject.toml constraints.txt
 	test -x $(BIN)/python || $(PYTHON) -m venv $(VENV)
@@ -35,6 +35,14 @@ unit: $(STAMP)
 
 bench: $(STAMP)
 	$(BIN)/python -m bench
+
+## chaos: a long chaos run by hand (docs/reliability.md): a real deployment under a seeded mix of faults,
+## judged by the invariant checker; CHAOS_VARIANT=postgres|temporal|sqlite, CHAOS_MINUTES, CHAOS_SEED (default: new)
+CHAOS_VARIANT ?= postgres
+CHAOS_MINUTES ?= 10
+CHAOS_SEED ?=
+chaos: $(STAMP)
+	$(BIN)/python -m tests.chaos --variant $(CHAOS_VARIANT) --minutes $(CHAOS_MINUTES) $(if $(CHAOS_SEED),--seed $(CHAOS_SEED))
 
 clean:
 	rm -rf $(VENV) .pytest_cache .mypy_cache .ruff_cache
