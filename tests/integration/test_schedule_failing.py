@@ -15,7 +15,7 @@ from typing import Any
 import pytest
 
 from punctual.domain.runs import RunState
-from punctual.usecases import health
+from punctual.usecases import health, schedules
 from tests.integration.test_follow_through_paths import Follow
 from tests.integration.test_schedule_runtime import Rig, build_rig
 
@@ -175,3 +175,17 @@ def test_acknowledging_keeps_the_finding_quiet_until_a_new_streak(follow: Follow
     assert again["id"] != finding["id"]
     assert again["acknowledged"] is False
     assert report(follow)["status"] == "degraded"
+
+
+def test_deleting_a_failing_schedule_clears_its_finding(follow: Follow) -> None:
+    sid = follow.schedule("nightly-import")
+    for _ in range(3):
+        fire_and_end(follow, {sid: F})
+    assert [f["subject_id"] for f in failing(follow)] == [sid]
+    version = follow.rig.get(sid)["version"]
+
+    mutation = schedules.delete(follow.services, follow.rig.alice.principal, sid, version)
+    follow.rig.system.mutations.run(None, mutation)
+
+    assert failing(follow) == []
+    assert report(follow)["status"] == "ok"

@@ -44,6 +44,7 @@ from punctual.usecases import schedule_driver
 from punctual.usecases.admission import admit_input_and_class, admit_input_size
 from punctual.usecases.context import Services
 from punctual.usecases.definitions import input_problems, require_active
+from punctual.usecases.followthrough import SCHEDULE_FAILING
 from punctual.usecases.idempotency import Mutation, Outcome
 from punctual.usecases.paging import check_choice, check_limit, decode_cursor, page
 from punctual.usecases.projections import fire_view, occurrence_view
@@ -637,8 +638,9 @@ def set_enabled(
 
 
 def delete(services: Services, principal: Principal, schedule_id: str, version: int) -> Mutation:
-    """Cancels unstarted occurrences (``schedule_deleted``), leaves runs, keeps history.
-    Under a firing driver its copy there goes first (CR-6: never a firing ghost)."""
+    """Cancels unstarted occurrences (``schedule_deleted``), leaves runs, keeps history,
+    clears its ``schedule_failing`` finding. Under a firing driver its copy there goes
+    first (CR-6: never a firing ghost)."""
 
     def mutation(tx: Tx, now: datetime) -> Outcome:
         schedule = _load(tx, principal, schedule_id)
@@ -648,6 +650,8 @@ def delete(services: Services, principal: Principal, schedule_id: str, version: 
         schedule_driver.remove_before_delete(services, tx, schedule.id)
         _changed(tx, schedule, now, enabled=False, deleted_at=now, next_fire_at=None)
         tx.starts.cancel_unstarted(schedule.id, "schedule_deleted", now)
+        # A deleted schedule fails no more: nothing is left for an operator to act on.
+        tx.findings.clear(schedule.tenant, SCHEDULE_FAILING, schedule.id)
         return Outcome(204, None, resource_id=schedule.id)
 
     return mutation
