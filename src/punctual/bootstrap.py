@@ -10,6 +10,8 @@ import logging
 import os
 import random
 import socket
+from collections.abc import Iterator
+from contextlib import contextmanager
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import TYPE_CHECKING
@@ -32,7 +34,7 @@ from punctual.adapters.stores.sql.listener import DUE_CHANNEL, RUNS_CHANNEL, PgL
 from punctual.adapters.stores.sql.retention import tables_swept
 from punctual.adapters.stores.sql.store import SqlStore, SqlTx
 from punctual.adapters.webhooks import HttpWebhookSender, default_allowed_cidrs
-from punctual.errors import ConfigurationError, Unavailable
+from punctual.errors import ConfigurationError, HostUnavailable, Unavailable
 from punctual.ports.clock import Clock
 from punctual.ports.engine import Engine
 from punctual.ports.quota import QuotaController
@@ -63,12 +65,44 @@ TEMPORAL_SYNC_SECONDS = 2.0
 """How often the runner copies Temporal's view of unfinished runs into the store (WF-8)."""
 RECONCILE_SECONDS = 60.0
 """How often the runner sweeps schedules against Temporal Schedules (CR-6)."""
+TEMPORAL_CHECK_SECONDS = 3.0
+"""How long a runner or worker on Temporal waits, at its start, for the server to answer."""
+
+
+@contextmanager
+def temporal_extra() -> Iterator[None]:
+    """Around an import of a Temporal adapter: without the optional ``temporalio`` package
+    the host cannot start, which is one line naming the extra (SPEC OP-1), not a bug."""
+    try:
+        yield
+    except ModuleNotFoundError as exc:
+        if (exc.name or "").partition(".")[0] != "temporalio":
+            raise
+        raise HostUnavailable(
+            'engine = "temporal" needs the temporal extra, which is not installed: '
+            "pip install 'punctual[temporal]', or set engine = \"local\"",
+            code="extra_missing",
+        ) from exc
+
+
+def check_engine(settings: Settings) -> None:
+    """Before a process starts a runner or a worker on the Temporal engine: the extra is
+    installed and the server accepts a connection within ``TEMPORAL_CHECK_SECONDS``, or
+    the start is refused naming what to fix (SPEC OP-1). An outage after the start is
+    the engine's to ride out (FT-6)."""
+    if settings.engine != "temporal":
+        return
+    with temporal_extra():
+        from punctual.adapters.engines.temporal.engine import check_reachable
+
+    check_reachable(settings.temporal.address, TEMPORAL_CHECK_SECONDS)
 
 
 def build_engine(settings: Settings, store: SqlStore, clock: Clock) -> Engine:
     """``settings.engine`` decides where runs execute; one engine per host."""
     if settings.engine == "temporal":
-        from punctual.adapters.engines.temporal.engine import TemporalEngine, TemporalOptions
+        with temporal_extra():
+            from punctual.adapters.engines.temporal.engine import TemporalEngine, TemporalOptions
 
         return TemporalEngine(
             store,
@@ -429,6 +463,7 @@ def build(
 def _assemble(
     settings: Settings, store: SqlStore, clock: Clock, rng: random.Random, prepare: bool
 ) -> Punctual:
+    store.check_connection()
     if prepare:
         prepare_schema(settings, store)
     codec = build_codec(settings)

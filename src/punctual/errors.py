@@ -26,7 +26,12 @@ classes to HTTP status codes: ``punctual.adapters.http.errors``.
     │                                        mutation runs again, never recorded)
     ├── QuotaExceeded                        quota_exceeded
     ├── Unavailable                          quota_unavailable, engine_unavailable,
-    │                                        store_unavailable, codec_key_unavailable
+    │   │                                    store_unavailable, codec_key_unavailable
+    │   └── HostUnavailable                  database_unavailable, database_url_unsupported,
+    │                                        file_unavailable, extra_missing,
+    │                                        engine_unavailable, address_unavailable
+    │                                        (startup; never reaches HTTP)
+    ├── AddressInUse                         address_in_use (startup; never reaches HTTP)
     └── ConfigurationError                   configuration_error (startup; never reaches HTTP)
 
 Dispatch-time failures are classified separately, in ``punctual.domain.failures``.
@@ -104,6 +109,21 @@ class ConfigurationError(PunctualError):
     """The host configuration is invalid; raised at startup, naming the key."""
 
     code = "configuration_error"
+
+
+class HostUnavailable(Unavailable):
+    """A host command cannot start: what its configuration names is not there to use (a
+    database it cannot reach or open, a database URL it has no driver for, a file it
+    cannot read, the optional extra an engine needs, an engine server that does not
+    answer). The message names the thing to fix and never a password."""
+
+    code = "host_unavailable"
+
+
+class AddressInUse(PunctualError):
+    """The address a host command must listen on is taken by another process."""
+
+    code = "address_in_use"
 
 
 def version_conflict(resource: str, resource_id: str, current_version: int) -> Conflict:

@@ -26,10 +26,11 @@ from pydantic_settings import (
     BaseSettings,
     PydanticBaseSettingsSource,
     SettingsConfigDict,
+    SettingsError,
     TomlConfigSettingsSource,
 )
 
-from punctual.errors import ConfigurationError
+from punctual.errors import ConfigurationError, HostUnavailable
 
 
 class _Section(BaseModel):
@@ -327,6 +328,15 @@ def load_settings(config_file: str | Path | None = None, **cli: Any) -> Settings
         raise ConfigurationError(
             f"configuration file {config_file} is not valid TOML: {exc}"
         ) from exc
+    except OSError as exc:
+        raise HostUnavailable(
+            f"configuration file {config_file} cannot be read "
+            f"({exc.strerror or type(exc).__name__}); fix its permissions",
+            code="file_unavailable",
+        ) from exc
+    except SettingsError as exc:
+        # A PUNCTUAL_* variable for a section ([temporal], [tenants], ...) that is not JSON.
+        raise ConfigurationError(f"invalid configuration: {exc}") from exc
     except ValidationError as exc:
         problems = "; ".join(
             f"{'.'.join(str(p) for p in err['loc']) or '(top level)'}: {err['msg']}"

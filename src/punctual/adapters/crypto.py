@@ -22,7 +22,13 @@ from typing import Any
 from cryptography.exceptions import InvalidTag
 from cryptography.hazmat.primitives.ciphers.aead import AESGCM
 
-from punctual.errors import ConfigurationError, Conflict, InvalidRequest, NotFound
+from punctual.errors import (
+    ConfigurationError,
+    Conflict,
+    HostUnavailable,
+    InvalidRequest,
+    NotFound,
+)
 from punctual.ports.codec import ActiveKeyNotHeld, InputKeyUnknown, InputUndecryptable
 from punctual.ports.records import EncryptedInput
 
@@ -131,6 +137,8 @@ def read_ring(path: Path) -> KeyRing:
         active = ring["active"]
     except FileNotFoundError as exc:
         raise ConfigurationError(f"codec.key_file {path} does not exist") from exc
+    except OSError as exc:
+        raise _file_unavailable(path, "read", exc) from exc
     except (ValueError, KeyError, TypeError, AttributeError) as exc:
         raise ConfigurationError(f"codec.key_file {path} is not a valid key ring: {exc}") from exc
     if not isinstance(active, str) or active not in keys:
@@ -145,9 +153,12 @@ def write_ring(path: Path, ring: KeyRing) -> None:
         "active": ring.active,
         "keys": {key_id: base64.b64encode(key).decode() for key_id, key in ring.keys.items()},
     }
-    path.parent.mkdir(parents=True, exist_ok=True)
     draft = path.with_name(f".{path.name}.{secrets.token_hex(4)}")
-    fd = os.open(draft, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o600)
+    try:
+        path.parent.mkdir(parents=True, exist_ok=True)
+        fd = os.open(draft, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o600)
+    except OSError as exc:
+        raise _file_unavailable(path, "written", exc) from exc
     try:
         with os.fdopen(fd, "w") as handle:
             json.dump(content, handle, indent=2)
@@ -162,10 +173,23 @@ def write_ring(path: Path, ring: KeyRing) -> None:
 def generate_key_file(path: Path, key_id: str = "k1") -> None:
     """Write a new key ring with one random key, readable by its owner only."""
     ring = {"active": key_id, "keys": {key_id: base64.b64encode(AESGCM.generate_key(256)).decode()}}
-    path.parent.mkdir(parents=True, exist_ok=True)
-    fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o600)
+    try:
+        path.parent.mkdir(parents=True, exist_ok=True)
+        fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o600)
+    except OSError as exc:
+        raise _file_unavailable(path, "written", exc) from exc
     with os.fdopen(fd, "w") as handle:
         json.dump(ring, handle, indent=2)
+
+
+def _file_unavailable(path: Path, doing: str, exc: OSError) -> HostUnavailable:
+    """A key file the file system refuses (a directory, no permission, a read-only
+    place): the host cannot start, and the message says which file and why."""
+    return HostUnavailable(
+        f"codec.key_file {path} cannot be {doing} ({exc.strerror or type(exc).__name__}); "
+        "fix its path or permissions (codec.key_file, --key-file)",
+        code="file_unavailable",
+    )
 
 
 def _next_key_id(existing: dict[str, bytes]) -> str:

@@ -53,6 +53,7 @@ from punctual.adapters.engines.temporal.messages import (
 )
 from punctual.adapters.engines.temporal.trace import TraceContextInterceptor, starting_with
 from punctual.domain.runs import RunErrorCode, run_error
+from punctual.errors import HostUnavailable
 from punctual.ports.clock import Clock
 from punctual.ports.engine import EngineUnavailable, RunOrder
 from punctual.ports.store import Store
@@ -137,6 +138,35 @@ class LoopThread:
         self._thread.join(timeout=10)
         if not self._thread.is_alive():
             self._loop.close()
+
+
+def check_reachable(address: str, timeout_seconds: float) -> None:
+    """Raise ``HostUnavailable`` (``engine_unavailable``) unless something accepts a
+    connection at ``address`` within ``timeout_seconds``: a runner or worker checks once,
+    at its start, so a wrong address or a server that is down is one line (SPEC OP-1).
+
+    A plain TCP connection, not the SDK: the SDK's native threads can abort a process
+    that exits right after one of its calls failed or timed out (temporalio/sdk-python
+    #300), which is exactly what a refused start does. The namespace is the SDK's to
+    check once the process runs."""
+    fix = "start it, or set temporal.address"
+    host, _, port = address.rpartition(":")
+    if not host or not port.isdigit() or "/" in host:
+        return  # not host:port: the SDK's to read (and to refuse)
+    try:
+        endpoint = (host.removeprefix("[").removesuffix("]"), int(port))
+        socket.create_connection(endpoint, timeout_seconds).close()
+    except TimeoutError:
+        raise HostUnavailable(
+            f"Temporal at {address} did not answer within {timeout_seconds:g} s; {fix}",
+            code="engine_unavailable",
+        ) from None
+    except OSError as exc:
+        raise HostUnavailable(
+            f"cannot connect to Temporal at {address} "
+            f"({exc.strerror or type(exc).__name__}); {fix}",
+            code="engine_unavailable",
+        ) from exc
 
 
 class TemporalEngine:

@@ -2,17 +2,24 @@
 
 from __future__ import annotations
 
+import re
 from collections.abc import Iterator, Sequence
 from contextlib import contextmanager
 from dataclasses import dataclass
+from pathlib import Path
 
 import sqlalchemy as sa
-from sqlalchemy.engine import Engine
+from sqlalchemy.engine import URL, Engine, make_url
 
 from punctual.adapters.stores.sql import dialects
 from punctual.adapters.stores.sql.audit import SqlAudit
 from punctual.adapters.stores.sql.definitions import SqlDefinitions
-from punctual.adapters.stores.sql.dialects import create_engine, is_lock_timeout, set_lock_timeout
+from punctual.adapters.stores.sql.dialects import (
+    create_engine,
+    is_lock_timeout,
+    normalize_url,
+    set_lock_timeout,
+)
 from punctual.adapters.stores.sql.findings import SqlFindings
 from punctual.adapters.stores.sql.followthrough import SqlFollowThrough
 from punctual.adapters.stores.sql.holds import SqlHolds
@@ -27,7 +34,7 @@ from punctual.adapters.stores.sql.schedule_sync import SqlScheduleSync
 from punctual.adapters.stores.sql.schedules import SqlSchedules
 from punctual.adapters.stores.sql.starts import SqlStarts
 from punctual.adapters.stores.sql.webhooks import SqlWebhooks
-from punctual.errors import Unavailable
+from punctual.errors import HostUnavailable, Unavailable
 
 
 @dataclass
@@ -79,8 +86,21 @@ class SqlStore:
     """Owns the connection pool; every unit of work is one ``transaction()``."""
 
     def __init__(self, url: str, *, pool_size: int = 10) -> None:
+        """Refuses a URL that names no database punctual runs on (``HostUnavailable``,
+        ``database_url_unsupported``); connects only when first used."""
         self.url = url
-        self.engine: Engine = create_engine(url, pool_size=pool_size)
+        self.engine: Engine = _engine_for(url, pool_size)
+
+    def check_connection(self) -> None:
+        """Connect once: a database that cannot be reached or opened is refused at startup
+        with one message naming it and what to fix (SPEC OP-1), never its password."""
+        try:
+            with self.engine.connect():
+                pass
+        except sa.exc.DBAPIError as exc:
+            raise HostUnavailable(
+                _cannot_connect(make_url(self.url), exc), code="database_unavailable"
+            ) from exc
 
     @property
     def dialect(self) -> str:
@@ -139,3 +159,72 @@ class SqlStore:
 
     def dispose(self) -> None:
         self.engine.dispose()
+
+
+SUPPORTED_URLS = "sqlite:///PATH or postgresql://USER@HOST/DATABASE"
+
+
+def _engine_for(url: str, pool_size: int) -> Engine:
+    try:
+        parsed = make_url(normalize_url(url))
+    except sa.exc.ArgumentError:
+        raise HostUnavailable(
+            f"database_url is not a database URL; use {SUPPORTED_URLS}",
+            code="database_url_unsupported",
+        ) from None
+    shown = _shown(make_url(url))
+    if parsed.get_backend_name() not in ("sqlite", "postgresql"):
+        raise HostUnavailable(
+            f"database_url {shown}: punctual runs on SQLite or PostgreSQL only; "
+            f"use {SUPPORTED_URLS}",
+            code="database_url_unsupported",
+        )
+    try:
+        return create_engine(url, pool_size=pool_size)
+    except (ImportError, sa.exc.NoSuchModuleError) as exc:
+        raise HostUnavailable(
+            f"database_url {shown}: the driver {parsed.drivername!r} is not installed; "
+            f"use {SUPPORTED_URLS}",
+            code="database_url_unsupported",
+        ) from exc
+
+
+def _shown(url: URL) -> str:
+    """The URL as an operator may see it in a message: with its password masked."""
+    return url.render_as_string(hide_password=True)
+
+
+_MISSING_DATABASE = re.compile(r'database "([^"]+)" does not exist')
+
+
+def _cannot_connect(url: URL, exc: sa.exc.DBAPIError) -> str:
+    # The driver's first line says what failed (libpq adds a hint line after it).
+    first_line = next((line for line in str(exc.orig).splitlines() if line.strip()), "")
+    reason = " ".join(first_line.split()).removeprefix("connection failed: ")
+    if url.get_backend_name() == "sqlite":
+        return _cannot_open(Path(url.database or ""), reason)
+    missing = _MISSING_DATABASE.search(reason)
+    if missing is not None:
+        where = f"{url.host or 'localhost'}:{url.port or 5432}"
+        return (
+            f"the database {missing.group(1)} does not exist on the PostgreSQL server at "
+            f"{where}: create it (createdb {missing.group(1)}), or fix database_url"
+        )
+    return (
+        f"cannot connect to the database {_shown(url)} ({reason}); start PostgreSQL, or "
+        "fix database_url"
+    )
+
+
+def _cannot_open(path: Path, reason: str) -> str:
+    if not path.parent.is_dir():
+        return (
+            f"the SQLite database {path} cannot be created: the directory {path.parent} "
+            "does not exist; create it, or fix database_url"
+        )
+    if path.is_dir():
+        return f"the SQLite database {path} is a directory; point database_url at a file"
+    return (
+        f"the SQLite database {path} cannot be opened ({reason}); check that it and "
+        f"{path.parent} are writable, or fix database_url"
+    )
