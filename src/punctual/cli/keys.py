@@ -5,9 +5,10 @@ The safe order is create → distribute → activate → rewrap → retire (docs
 ``retire`` read or write the store without needing any key; ``rewrap`` needs a ring that
 holds the active key and the keys it moves off.
 
-Exit codes (API.md, "The CLI over HTTP"): 0 success, 2 usage, validation or configuration,
-3 not found, 4 conflict (a refusal: a live process lacks the key, the key is still
-needed), 5 the database is unavailable.
+Exit codes (API.md, "The CLI over HTTP"; ``punctual.cli.startup`` prints the one line): 0
+success, 2 usage, validation or configuration, 3 not found, 4 conflict (a refusal: a live
+process lacks the key, the key is still needed), 5 the database or a key file is
+unavailable.
 
 The store and the composition root are imported inside the commands that use them (see
 ``punctual.cli.main``).
@@ -25,15 +26,7 @@ import typer
 
 from punctual.adapters import crypto
 from punctual.adapters.clock import SystemClock
-from punctual.errors import (
-    BadRequest,
-    ConfigurationError,
-    Conflict,
-    InvalidRequest,
-    NotFound,
-    PunctualError,
-    Unavailable,
-)
+from punctual.errors import InvalidRequest, NotFound, PunctualError
 from punctual.settings import Settings, load_settings
 from punctual.usecases import keys
 
@@ -52,27 +45,18 @@ DbOpt = Annotated[
 ]
 JsonOpt = Annotated[bool, typer.Option("--json", help="Machine-readable output.")]
 
-_EXIT_CODES: list[tuple[type[PunctualError], int]] = [
-    (ConfigurationError, 2),
-    (InvalidRequest, 2),
-    (BadRequest, 2),
-    (NotFound, 3),
-    (Conflict, 4),
-    (Unavailable, 5),
-]
-
 
 @contextmanager
-def _handled(as_json: bool) -> Iterator[None]:
+def _json_error(as_json: bool) -> Iterator[None]:
+    """With ``--json`` a refusal is also its error envelope on stdout; the one line on
+    stderr and the exit code come from the root group, as for every command."""
     try:
         yield
     except PunctualError as exc:
-        code = next((c for cls, c in _EXIT_CODES if isinstance(exc, cls)), 1)
         if as_json:
             error = {"code": exc.code, "message": str(exc), "details": exc.details}
             typer.echo(json.dumps({"error": error}, indent=2))
-        typer.echo(f"error: {exc.code}: {exc}", err=True)
-        raise typer.Exit(code) from exc
+        raise
 
 
 def _emit(data: Any, as_json: bool, human: str) -> None:
@@ -87,6 +71,7 @@ def _store(settings: Settings) -> Iterator[SqlStore]:
 
     store = SqlStore(settings.database_url)
     try:
+        store.check_connection()
         migrate.check_current(store)
         yield store
     finally:
@@ -106,7 +91,7 @@ def create(
     as_json: JsonOpt = False,
 ) -> None:
     """Write a new key ring, or add a key (not active) to an existing one."""
-    with _handled(as_json):
+    with _json_error(as_json):
         existed = key_file.exists()
         material = None
         if copy_from is not None:
@@ -134,7 +119,7 @@ def activate(
     database_url: DbOpt = None,
 ) -> None:
     """Make KEY the active key, recorded in the store; refused while a live process lacks it."""
-    with _handled(as_json):
+    with _json_error(as_json):
         settings = load_settings(config, database_url=database_url)
         crypto.check_key_id(key_id)
         with _store(settings) as store:
@@ -170,7 +155,7 @@ def check(
     database_url: DbOpt = None,
 ) -> None:
     """Each key id: what stored values still need it and which live processes hold it."""
-    with _handled(as_json):
+    with _json_error(as_json):
         settings = load_settings(config, database_url=database_url)
         ring = list(crypto.read_ring(key_file).keys) if key_file is not None else None
         with _store(settings) as store:
@@ -211,10 +196,11 @@ def rewrap(
     database_url: DbOpt = None,
 ) -> None:
     """Seal stored input and webhook URLs and secrets again with the active key."""
-    from punctual import bootstrap
+    with _json_error(as_json):
+        settings = load_settings(config, database_url=database_url)
+        from punctual import bootstrap
 
-    with _handled(as_json):
-        system = bootstrap.build(load_settings(config, database_url=database_url))
+        system = bootstrap.build(settings)
         try:
             report = keys.rewrap(system.services, batch)
         finally:
@@ -249,7 +235,7 @@ def retire(
     database_url: DbOpt = None,
 ) -> None:
     """Remove KEY from the key file; refused while it is active or anything needs it."""
-    with _handled(as_json):
+    with _json_error(as_json):
         settings = load_settings(config, database_url=database_url)
         crypto.check_key_id(key_id)
         if key_id not in crypto.read_ring(key_file).keys:

@@ -8,7 +8,9 @@ token). Tenant commands (``starts``, ``schedules``, ``runs``, ``health``, ``memb
 
 Exit codes (API.md "The CLI over HTTP"), the same for every command: 0 success, 1 the
 health report is unhealthy, 2 usage, validation or configuration error, 3 not found,
-4 conflict (a refusal), 5 unavailable or undecided, 6 not authenticated or not allowed.
+4 conflict (a refusal), 5 unavailable or undecided, 6 not authenticated or not allowed,
+7 a port in use. What a command raises becomes its one line and exit code in one place,
+the root group (``punctual.cli.startup``).
 
 Host commands import the composition root (``bootstrap``: SQLAlchemy, FastAPI, Alembic,
 about a second) inside the command, so a tenant command, which speaks only HTTP, starts
@@ -21,11 +23,11 @@ import json
 import logging
 import os
 import signal
+import socket
 import sys
 import threading
 import time
-from collections.abc import Iterator
-from contextlib import contextmanager
+from contextlib import ExitStack
 from typing import TYPE_CHECKING, Annotated, Any
 
 import typer
@@ -33,22 +35,10 @@ import typer
 from punctual.cli.keys import keys_app
 from punctual.cli.retention import retention_app
 from punctual.cli.schedules import schedules_app
+from punctual.cli.startup import Commands, importable_from_cwd, listen
 from punctual.cli.tenant import health_app, members_app, runs_app, starts_app, tokens_app
 from punctual.domain.permissions import Role
 from punctual.domain.runs import DefinitionState
-from punctual.errors import (
-    BadRequest,
-    ConfigurationError,
-    Conflict,
-    Forbidden,
-    InvalidRequest,
-    NotFound,
-    PayloadTooLarge,
-    PunctualError,
-    QuotaExceeded,
-    Unauthenticated,
-    Unavailable,
-)
 from punctual.settings import Settings, load_settings
 from punctual.usecases import definitions, identity
 
@@ -56,6 +46,7 @@ if TYPE_CHECKING:
     from punctual.bootstrap import Punctual
 
 app = typer.Typer(
+    cls=Commands,
     name="punctual",
     help="A durable scheduler for workflow runs.",
     no_args_is_help=True,
@@ -79,6 +70,7 @@ DbOpt = Annotated[
     str | None, typer.Option("--database-url", help="Overrides database_url.", show_default=False)
 ]
 JsonOpt = Annotated[bool, typer.Option("--json", help="Machine-readable output.")]
+AppHelp = "The workflows, as module:attr (a module of the current directory works too)."
 
 log = logging.getLogger("punctual")
 
@@ -89,31 +81,13 @@ def _configure_logging() -> None:
         format="%(asctime)s %(levelname)s %(name)s %(message)s",
         stream=sys.stderr,
     )
+    # Alembic's own INFO lines (plugins, each migration step) are noise beside punctual's
+    # event=schema_created; its warnings still show.
+    logging.getLogger("alembic").setLevel(logging.WARNING)
 
 
 def _settings(config: str | None, database_url: str | None, **extra: Any) -> Settings:
     return load_settings(config, database_url=database_url, **extra)
-
-
-_EXIT_CODES: list[tuple[tuple[type[PunctualError], ...], int]] = [
-    ((ConfigurationError, BadRequest, InvalidRequest, PayloadTooLarge), 2),
-    ((NotFound,), 3),
-    ((Conflict,), 4),
-    ((QuotaExceeded, Unavailable), 5),
-    ((Unauthenticated, Forbidden), 6),
-]
-"""A host command's exit code for what it raised (as its HTTP status would map)."""
-
-
-@contextmanager
-def _handled() -> Iterator[None]:
-    try:
-        yield
-    except PunctualError as exc:
-        code = next((code for kinds, code in _EXIT_CODES if isinstance(exc, kinds)), 5)
-        prefix = "" if isinstance(exc, ConfigurationError) else f"{exc.code}: "
-        typer.echo(f"error: {prefix}{exc}", err=True)
-        raise typer.Exit(code) from exc
 
 
 def _emit(data: Any, as_json: bool, human: str) -> None:
@@ -127,7 +101,7 @@ def serve(
     host: Annotated[str, typer.Option(help="Address to listen on.")] = "127.0.0.1",
     port: Annotated[int, typer.Option(help="Port to listen on.")] = 8080,
     app_ref: Annotated[
-        str, typer.Option("--app", help="The workflows to run, as module:attr.")
+        str, typer.Option("--app", help=AppHelp, callback=importable_from_cwd)
     ] = "punctual.demo:app",
     dev_token: Annotated[
         str | None, typer.Option("--dev-token", help="Use this admin token for tenant 'default'.")
@@ -149,31 +123,44 @@ def serve(
     if workers > 1:
         _serve_api_processes(config, database_url, host, port, workers, wanted, dev_token)
         return
-    from punctual import bootstrap
+    settings = _settings(config, database_url)
+    with ExitStack() as sockets:
+        # The configuration, the ports and the engine are checked before the database is
+        # touched, the cheapest first; each refusal is one line (SPEC OP-1).
+        api = sockets.enter_context(listen(host, port, "--port")) if "api" in wanted else None
+        internal = _listen_internal(settings) if api is not None else None
+        if internal is not None:
+            sockets.enter_context(internal)
+        from punctual import bootstrap
 
-    with _handled():
-        settings = _settings(config, database_url)
+        if wanted & {"runner", "worker"}:
+            bootstrap.check_engine(settings)
         system = bootstrap.build(settings)
-    try:
-        _bootstrap_default_tenant(system, dev_token)
-        if "worker" in wanted:
-            with _handled():
+        try:
+            _bootstrap_default_tenant(system, dev_token)
+            if "worker" in wanted:
                 system.start_worker(app_ref)
-        if "runner" in wanted:
-            system.start_runner()
-        if "api" in wanted:
-            import uvicorn
+            if "runner" in wanted:
+                system.start_runner()
+            if api is not None:
+                import uvicorn
 
-            # uvicorn re-raises SIGTERM after its own shutdown; exit normally instead, so
-            # the runner and workers below are stopped and recorded as stopped.
-            signal.signal(signal.SIGTERM, lambda *_: sys.exit(0))
-            _serve_internal(system)
-            typer.echo(f"punctual is serving on http://{host}:{port}")
-            uvicorn.run(system.http_app(), host=host, port=port, log_level="warning")
-        else:
-            _wait_for_signal()
-    finally:
-        system.close()
+                # uvicorn re-raises SIGTERM after its own shutdown; exit normally instead,
+                # so the runner and workers below are stopped and recorded as stopped.
+                signal.signal(signal.SIGTERM, lambda *_: sys.exit(0))
+                if internal is not None:
+                    _serve_internal(system, internal)
+                typer.echo(f"punctual is serving on http://{host}:{port}")
+                server = uvicorn.Server(
+                    uvicorn.Config(system.http_app(), host=host, port=port, log_level="warning")
+                )
+                server.run(sockets=[api])
+                if not server.started:  # the app's own startup failed (uvicorn logged it)
+                    raise typer.Exit(1)
+            else:
+                _wait_for_signal()
+        finally:
+            system.close()
 
 
 def _serve_api_processes(
@@ -187,52 +174,67 @@ def _serve_api_processes(
 ) -> None:
     """Several API processes behind one port; runners and workers run as their own
     processes (``--components runner,worker``)."""
-    import uvicorn
-
-    from punctual import bootstrap
-    from punctual.cli import asgi
-
     if wanted != {"api"}:
         typer.echo("error: --workers needs --components api", err=True)
         raise typer.Exit(2)
-    with _handled():
-        settings = _settings(config, database_url)
+    settings = _settings(config, database_url)
+    with ExitStack() as sockets:
+        api = sockets.enter_context(listen(host, port, "--port"))
+        internal = _listen_internal(settings)
+        if internal is not None:
+            sockets.enter_context(internal)
+        import uvicorn
+        from uvicorn.supervisors import Multiprocess
+
+        from punctual import bootstrap
+        from punctual.cli import asgi
+
         system = bootstrap.build(settings)  # validate and migrate once, before forking
-    serving_internal = False
-    try:
-        _bootstrap_default_tenant(system, dev_token)
-        # With internal_listen, this supervising process serves the /internal tree.
-        serving_internal = _serve_internal(system)
-    finally:
-        if not serving_internal:
-            system.close()
-    if config is not None:
-        os.environ[asgi.CONFIG_FILE_VARIABLE] = config
-    if database_url is not None:
-        os.environ["PUNCTUAL_DATABASE_URL"] = database_url
-    typer.echo(f"punctual is serving on http://{host}:{port} with {workers} API processes")
-    uvicorn.run(
-        "punctual.cli.asgi:create_app",
-        factory=True,
-        host=host,
-        port=port,
-        workers=workers,
-        log_level="warning",
-    )
+        try:
+            _bootstrap_default_tenant(system, dev_token)
+            # With internal_listen, this supervising process serves the /internal tree.
+            if internal is not None:
+                _serve_internal(system, internal)
+        finally:
+            if internal is None:
+                system.close()
+        if config is not None:
+            os.environ[asgi.CONFIG_FILE_VARIABLE] = config
+        if database_url is not None:
+            os.environ["PUNCTUAL_DATABASE_URL"] = database_url
+        typer.echo(f"punctual is serving on http://{host}:{port} with {workers} API processes")
+        processes = uvicorn.Config(
+            "punctual.cli.asgi:create_app",
+            factory=True,
+            host=host,
+            port=port,
+            workers=workers,
+            log_level="warning",
+        )
+        Multiprocess(processes, sockets=[api]).run()
 
 
-def _serve_internal(system: Punctual) -> bool:
-    """Serve the ``/internal`` tree on ``internal_listen`` (SEC-3), in a thread beside the
-    API; False when it is not set (the API's address serves it, if there is a token)."""
+def _listen_internal(settings: Settings) -> socket.socket | None:
+    """The socket of ``internal_listen`` (SEC-3) when the ``/internal`` tree has an address
+    of its own; None when it shares the API's (or does not exist)."""
+    address = settings.internal_address()
+    if address is None or settings.internal_token is None:
+        return None
+    return listen(*address, "internal_listen")
+
+
+def _serve_internal(system: Punctual, sock: socket.socket) -> None:
+    """Serve the ``/internal`` tree on ``internal_listen``'s socket, in a thread beside the
+    API."""
     import uvicorn
 
     internal = system.internal_app()
-    address = system.settings.internal_address()
-    if internal is None or address is None:
-        return False
-    host, port = address
+    assert internal is not None, "internal_listen is set, so is internal_token"
+    host, port = sock.getsockname()[:2]
     server = uvicorn.Server(uvicorn.Config(internal, host=host, port=port, log_level="warning"))
-    thread = threading.Thread(target=server.run, name="punctual-internal", daemon=True)
+    thread = threading.Thread(
+        target=server.run, kwargs={"sockets": [sock]}, name="punctual-internal", daemon=True
+    )
     thread.start()
     while not server.started:
         if not thread.is_alive():
@@ -240,13 +242,11 @@ def _serve_internal(system: Punctual) -> bool:
             raise typer.Exit(2)
         time.sleep(0.02)
     typer.echo(f"internal routes on http://{host}:{port}/internal/")
-    return True
 
 
 def _bootstrap_default_tenant(system: Punctual, dev_token: str | None) -> None:
     """First start: tenant ``default`` with an admin token (``--dev-token`` or a new one)."""
-    with _handled():
-        issued = identity.bootstrap_default_tenant(system.services, dev_token)
+    issued = identity.bootstrap_default_tenant(system.services, dev_token)
     if issued is not None:
         typer.echo(f"admin token: {issued.token}")
     else:
@@ -265,7 +265,7 @@ def _wait_for_signal() -> None:
 
 @app.command()
 def worker(
-    app_ref: Annotated[str, typer.Option("--app", help="The workflows, as module:attr.")],
+    app_ref: Annotated[str, typer.Option("--app", help=AppHelp, callback=importable_from_cwd)],
     config: ConfigOpt = None,
     database_url: DbOpt = None,
     engine: Annotated[
@@ -281,16 +281,15 @@ def worker(
     if engine not in (None, "local", "temporal"):
         typer.echo(f"error: --engine must be local or temporal, not {engine!r}", err=True)
         raise typer.Exit(2)
+    settings = _settings(config, database_url)
+    if engine is not None and engine != settings.engine:
+        settings = settings.model_copy(update={"engine": engine})
     from punctual import bootstrap
 
-    with _handled():
-        settings = _settings(config, database_url)
-        if engine is not None and engine != settings.engine:
-            settings = settings.model_copy(update={"engine": engine})
-        system = bootstrap.build(settings)
+    bootstrap.check_engine(settings)
+    system = bootstrap.build(settings)
     try:
-        with _handled():
-            system.start_worker(app_ref, task_queue, slots)
+        system.start_worker(app_ref, task_queue, slots)
         typer.echo(f"worker {system.workers[0].id} started")
         _wait_for_signal()
     finally:
@@ -300,13 +299,15 @@ def worker(
 @db_app.command("upgrade")
 def db_upgrade(config: ConfigOpt = None, database_url: DbOpt = None) -> None:
     """Migrate the database to this version's schema."""
+    settings = _settings(config, database_url)
     from punctual.adapters.stores.sql import migrate
     from punctual.adapters.stores.sql.store import SqlStore
 
-    with _handled():
-        settings = _settings(config, database_url)
-        store = SqlStore(settings.database_url)
+    store = SqlStore(settings.database_url)
+    try:
+        store.check_connection()
         before, after = migrate.upgrade(store)
+    finally:
         store.dispose()
     typer.echo(f"schema: {before or 'empty'} -> {after}")
 
@@ -321,12 +322,11 @@ def tokens_create(
     database_url: DbOpt = None,
 ) -> None:
     """Create a tenant member if needed and print a new token for it."""
-    with _handled():
-        system = _system(config, database_url)
-        try:
-            issued = identity.ensure_member_token(system.services, tenant, subject, role)
-        finally:
-            system.close()
+    system = _system(config, database_url)
+    try:
+        issued = identity.ensure_member_token(system.services, tenant, subject, role)
+    finally:
+        system.close()
     _emit(
         {"token": issued.token, "id": issued.id, "tenant": tenant, "subject": subject},
         as_json,
@@ -335,9 +335,10 @@ def tokens_create(
 
 
 def _system(config: str | None, database_url: str | None) -> Punctual:
+    settings = _settings(config, database_url)  # a configuration error costs no assembly
     from punctual import bootstrap
 
-    return bootstrap.build(_settings(config, database_url))
+    return bootstrap.build(settings)
 
 
 @definitions_app.command("list")
@@ -345,12 +346,11 @@ def definitions_list(
     as_json: JsonOpt = False, config: ConfigOpt = None, database_url: DbOpt = None
 ) -> None:
     """List every workflow version, its state and whether a live worker has it loaded."""
-    with _handled():
-        system = _system(config, database_url)
-        try:
-            items = definitions.list_definitions(system.services)
-        finally:
-            system.close()
+    system = _system(config, database_url)
+    try:
+        items = definitions.list_definitions(system.services)
+    finally:
+        system.close()
     lines = [
         f"{d['name']:<24} {d['version']:<10} {d['state']:<11} "
         f"{'loaded' if d['loaded'] else '-':<7} {d['artifact']}"
@@ -367,12 +367,11 @@ def _lifecycle(
     database_url: str | None,
     as_json: bool,
 ) -> None:
-    with _handled():
-        system = _system(config, database_url)
-        try:
-            updated = definitions.set_lifecycle(system.services, name, version, state)
-        finally:
-            system.close()
+    system = _system(config, database_url)
+    try:
+        updated = definitions.set_lifecycle(system.services, name, version, state)
+    finally:
+        system.close()
     _emit(
         {"name": updated.name, "version": updated.version, "state": updated.state},
         as_json,
@@ -421,13 +420,12 @@ def definitions_check(
     as_json: JsonOpt = False, config: ConfigOpt = None, database_url: DbOpt = None
 ) -> None:
     """Deployment preflight: what each version is still needed by."""
-    with _handled():
-        system = _system(config, database_url)
-        try:
-            report = definitions.check(system.services)
-            keys = definitions.key_report(system.services)
-        finally:
-            system.close()
+    system = _system(config, database_url)
+    try:
+        report = definitions.check(system.services)
+        keys = definitions.key_report(system.services)
+    finally:
+        system.close()
     lines = [
         f"{item['name']} {item['version']} ({item['state']}): "
         f"{'; '.join(item['needed_by']) or 'not needed'}"

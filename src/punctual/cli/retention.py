@@ -3,7 +3,7 @@
 ``plan`` is the dry run of the next sweep: per tenant and kind, how many records are past
 their window and covered by no hold, counted in the store as it stands; nothing is
 removed. Exit codes: 0 success, 2 configuration error, 3 unknown tenant, 5 the database
-is unavailable.
+is unavailable (``punctual.cli.startup`` prints the one line).
 """
 
 from __future__ import annotations
@@ -15,7 +15,7 @@ import typer
 
 from punctual.domain.retention import RecordKind
 from punctual.domain.timeutil import to_rfc3339
-from punctual.errors import ConfigurationError, Unavailable
+from punctual.errors import NotFound
 from punctual.settings import load_settings
 from punctual.usecases import retention
 
@@ -32,26 +32,18 @@ def plan(
     ] = None,
 ) -> None:
     """Print what the next sweep would remove, per tenant and kind, removing nothing."""
-    from punctual import bootstrap  # inside: see punctual.cli.main
+    settings = load_settings(config, database_url=database_url)
+    from punctual import bootstrap  # inside, after the settings: see punctual.cli.main
 
-    try:
-        settings = load_settings(config, database_url=database_url)
-        system = bootstrap.build(settings)
-    except ConfigurationError as exc:
-        typer.echo(f"error: {exc}", err=True)
-        raise typer.Exit(2) from exc
+    system = bootstrap.build(settings)
     try:
         if tenant is not None:
             with system.store.transaction(readonly=True) as tx:
                 known = tx.identity.tenant_exists(tenant)
             if not known:
-                typer.echo(f"error: not_found: tenant {tenant} does not exist", err=True)
-                raise typer.Exit(3)
+                raise NotFound(f"tenant {tenant} does not exist")
         at = system.services.clock.now()
         counts = retention.plan(system.services, bootstrap.retention_policy(settings), tenant, at)
-    except Unavailable as exc:
-        typer.echo(f"error: {exc.code}: {exc}", err=True)
-        raise typer.Exit(5) from exc
     finally:
         system.close()
     totals = {kind.value: sum(c[kind.value] for c in counts.values()) for kind in RecordKind}
