@@ -20,6 +20,8 @@ from sqlalchemy.engine import Engine, RowMapping, make_url
 from punctual.adapters.stores.sql.tables import UTCDateTime
 
 SQLITE_BUSY_TIMEOUT_MS = 30_000
+_PG_CONNECT_TIMEOUT = {"connect_timeout": 10}
+"""Seconds a PostgreSQL connect may take (libpq's own setting)."""
 
 
 def normalize_url(url: str) -> str:
@@ -43,8 +45,17 @@ def create_engine(url: str, *, pool_size: int = 10) -> Engine:
         return engine
     # No pre-ping: it costs a round trip per checkout. A connection found dead raises a
     # disconnect error, which invalidates the whole pool and surfaces as ``Unavailable``
-    # (retried by runners and workers, ``503`` to API clients).
-    return sa.create_engine(url, pool_size=pool_size, max_overflow=pool_size, pool_recycle=1800)
+    # (retried by runners and workers, ``503`` to API clients). A server that never answers
+    # (a dropped route, a stopped process) fails a connect after a bounded wait instead of
+    # hanging it; a ``connect_timeout`` in the URL has the last word.
+    connect_args = {} if "connect_timeout" in make_url(url).query else _PG_CONNECT_TIMEOUT
+    return sa.create_engine(
+        url,
+        pool_size=pool_size,
+        max_overflow=pool_size,
+        pool_recycle=1800,
+        connect_args=connect_args,
+    )
 
 
 def _configure_sqlite(engine: Engine) -> None:
