@@ -21,6 +21,7 @@ import sqlalchemy as sa
 from punctual import bootstrap
 from punctual.adapters.engines.local.worker import declared_definitions
 from punctual.adapters.stores.sql import tables as t
+from punctual.adapters.stores.sql.schedules import SqlSchedules
 from punctual.domain.permissions import Role
 from punctual.domain.runs import DefinitionState, RunState
 from punctual.domain.timeutil import to_rfc3339
@@ -441,6 +442,46 @@ def test_overlap_skip_records_a_skipped_occurrence_while_the_run_is_unfinished(r
     rig.generate()
     assert len(rig.dispatch().dispatched) == 1, "a finished run frees the schedule"
     assert [o.state for o in rig.occurrences(sid)] == ["dispatched", "skipped", "dispatched"]
+
+
+def test_a_run_is_created_no_earlier_than_the_end_of_the_run_it_waited_for(
+    rig: Rig, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """RS-3 as the history shows it: the next run of a ``skip`` schedule is stamped after
+    the run it waited for ended, even when that run ends while the dispatch waits for the
+    schedule's lock (another transaction held it). Found by the chaos harness: a run
+    created 2 ms before its predecessor's end, docs/reliability.md."""
+    sid = rig.every("no-overlap", overlap="skip")["id"]
+    rig.advance(MINUTE)
+    rig.generate()
+    assert len(rig.dispatch().dispatched) == 1
+    rig.advance(MINUTE)
+    rig.generate()
+    locking = SqlSchedules.lock_for_dispatch
+
+    def lock_while_the_previous_run_ends(self: SqlSchedules, schedule_id: str) -> Any:
+        locked = locking(self, schedule_id)
+        # The wait for the lock: meanwhile the previous run ended and its end committed.
+        ended = rig.clock.advance(0.5)
+        self._conn.execute(
+            sa.update(t.runs)
+            .where(t.runs.c.schedule_id == schedule_id)
+            .values(state=RunState.COMPLETED.value, ended_at=ended)
+        )
+        return locked
+
+    monkeypatch.setattr(SqlSchedules, "lock_for_dispatch", lock_while_the_previous_run_ends)
+    assert len(rig.dispatch().dispatched) == 1, "the ended run freed the schedule"
+    with rig.system.store.engine.connect() as conn:
+        rows = conn.execute(
+            sa.select(t.runs.c.created_at, t.runs.c.ended_at)
+            .where(t.runs.c.schedule_id == sid)
+            .order_by(t.runs.c.seq)
+        ).all()
+    (_, previous_end), (created, _) = rows
+    assert created >= previous_end, (
+        f"created {created}, before the end it waited for {previous_end}"
+    )
 
 
 def test_overlap_buffer_one_waits_for_the_previous_run(rig: Rig) -> None:

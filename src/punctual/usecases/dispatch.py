@@ -559,7 +559,6 @@ def _dispatch_under_schedule_lock(
     claim = decision.claim
     assert claim.schedule_id is not None
     with services.store.transaction() as tx:
-        now = services.clock.now()
         schedule = tx.schedules.lock_for_dispatch(claim.schedule_id)
         assert schedule is not None
         verdict = occurrence_overlap_decision(
@@ -569,6 +568,9 @@ def _dispatch_under_schedule_lock(
             previous_unfinished=tx.runs.count_active_of_schedule(schedule.id) > 0,
             one_already_buffered=tx.starts.buffered_of(schedule.id) > 0,
         )
+        # Read once the previous run was seen ended: a clock read before the lock wait
+        # would stamp the new run before the end of the run it waited for.
+        now = services.clock.now()
         if verdict is OverlapDecision.START:
             if not _mark_dispatched(tx, decision, now, report):
                 return False
