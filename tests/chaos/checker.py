@@ -189,11 +189,16 @@ def load(directory: Path) -> Run:
         elif kind == "end" and record["op"] in operations:
             operations[record["op"]].ended = True
     faults, processes = [], []
+    ends: dict[int, float] = {}
     for record in read_records(directory / FAULTS):
         if record.get("type") == "fault":
             faults.append(record)
+        elif record.get("type") == "fault_end":
+            ends[record["id"]] = record["t"]
         elif record.get("type") == "process":
             processes.append(record)
+    for fault in faults:
+        fault["t_end"] = ends.get(fault["id"], fault["t"])
     settings_path = directory / "run.json"
     settings = json.loads(settings_path.read_text()) if settings_path.exists() else {}
     store_path = directory / STORE
@@ -388,16 +393,23 @@ class Checker:
 
     # --- bodies ---
 
+    def hit(self, fault: dict[str, Any], body: dict[str, Any], until: float) -> bool:
+        """Whether ``fault`` was under way while ``body`` executed (up to ``until``): a
+        fault of the store counts until a lease after it ended (the worker may not have
+        renewed in the meantime); a fault of a process only if it reached the body's."""
+        lease = float(self.run.settings.get("lease_seconds", 4.0))
+        if fault["kind"] in STORE_FAULTS:
+            return bool(fault["t"] <= until and body["t"] - 1.0 <= fault["t_end"] + lease)
+        return bool(
+            fault["kind"] in WORKER_FAULTS
+            and body["pid"] in (fault.get("pids") or [])
+            and fault["t"] <= until
+            and body["t"] - 1.0 <= fault["t_end"]
+        )
+
     def explained(self, body: dict[str, Any], until: float) -> dict[str, Any] | None:
         """A fault the contract names that hit ``body``'s execution before ``until``."""
-        for fault in self.run.faults:
-            if not body["t"] - 1.0 <= fault["t"] <= until:
-                continue
-            if fault["kind"] in STORE_FAULTS:
-                return fault
-            if fault["kind"] in WORKER_FAULTS and body["pid"] in (fault.get("pids") or []):
-                return fault
-        return None
+        return next((f for f in self.run.faults if self.hit(f, body, until)), None)
 
     def bodies(self) -> None:
         allowed = unexplained_unfinished = 0
@@ -480,12 +492,7 @@ class Checker:
         }
 
     def frozen_or_killed(self, body: dict[str, Any], until: float) -> bool:
-        return any(
-            f["kind"] in WORKER_FAULTS
-            and body["pid"] in (f.get("pids") or [])
-            and body["t"] - 1 <= f["t"] <= until
-            for f in self.run.faults
-        )
+        return any(f["kind"] in WORKER_FAULTS and self.hit(f, body, until) for f in self.run.faults)
 
     # --- cancels, reschedules, terminal states ---
 

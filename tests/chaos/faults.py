@@ -101,7 +101,9 @@ WEIGHTS: dict[str, dict[str, int]] = {
         "receiver_down": 2,
     },
     "sqlite": {
-        "kill_serve": 5,
+        # One process does everything: each kill stops the API, the runner and the worker
+        # for the seconds a start takes, so kills are rarer than with a fleet.
+        "kill_serve": 2,
         "kill_slot": 3,
         "pause_serve": 2,
         "receiver_down": 2,
@@ -150,9 +152,19 @@ class Injector:
         for thread in self._threads:
             thread.join(120)
 
-    def held_down(self, name: str) -> bool:
+    def take(self, name: str) -> bool:
+        """Hold a dead process for the supervisor to start again; False if a fault holds it."""
         with self._lock:
-            return name in self._held_down
+            if name in self._busy:
+                return False
+            self._busy.add(name)
+            self._held_down.add(name)
+            return True
+
+    def give_back(self, name: str) -> None:
+        with self._lock:
+            self._busy.discard(name)
+            self._held_down.discard(name)
 
     def _loop(self) -> None:
         while not self._stop.wait(self.rng.uniform(*self.pace.gap)):
@@ -215,8 +227,11 @@ class Injector:
             verb, target_kind = kind.split("_", 1)
             if kind == "kill_slot":
                 target_kind = "worker" if self.deployment.variant != "sqlite" else "serve"
+            # A dead process is the supervisor's to start again, not a target.
             candidates = [
-                m for m in self.deployment.of_kind(target_kind) if m.managed.name not in self._busy
+                m
+                for m in self.deployment.of_kind(target_kind)
+                if m.managed.name not in self._busy and m.managed.alive()
             ]
             # At most one worker and one API process out at a time.
             out = {m.kind for m in self.deployment.members if m.managed.name in self._busy}
@@ -389,30 +404,38 @@ class Supervisor:
         while not self._stop.wait(0.2):
             for member in self.deployment.members:
                 managed = member.managed
-                if managed.alive() or self.injector.held_down(managed.name):
+                if managed.alive() or not self.injector.take(managed.name):
                     continue
-                code = managed.current.process.poll()
-                event = {
+                try:
+                    self._start_again(member)
+                finally:
+                    self.injector.give_back(managed.name)
+
+    def _start_again(self, member: Member) -> None:
+        managed = member.managed
+        if managed.alive():
+            return  # a fault started it again between the look and the hold
+        event = {
+            "type": "process",
+            "event": "exit",
+            "name": managed.name,
+            "pid": managed.current.process.pid,
+            "code": managed.current.process.poll(),
+            "log": str(managed.current.log),
+            "t": time.time(),
+        }
+        self.unexpected.append(event)
+        self.journal.write(event)
+        if self._stop.wait(1.0):
+            return
+        with contextlib.suppress(Exception):
+            self.deployment.restart(member)
+            self.journal.write(
+                {
                     "type": "process",
-                    "event": "exit",
+                    "event": "start",
                     "name": managed.name,
                     "pid": managed.current.process.pid,
-                    "code": code,
-                    "log": str(managed.current.log),
                     "t": time.time(),
                 }
-                self.unexpected.append(event)
-                self.journal.write(event)
-                if self._stop.wait(1.0):
-                    return
-                with contextlib.suppress(Exception):
-                    self.deployment.restart(member)
-                    self.journal.write(
-                        {
-                            "type": "process",
-                            "event": "start",
-                            "name": managed.name,
-                            "pid": managed.current.process.pid,
-                            "t": time.time(),
-                        }
-                    )
+            )

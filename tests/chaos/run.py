@@ -35,6 +35,7 @@ import httpx
 from tests.chaos.checker import Report, check
 from tests.chaos.deployment import (
     LAYOUTS,
+    LEASE_SECONDS,
     QUOTA_LIMIT,
     QUOTA_TENANT,
     SHORT_LAYOUTS,
@@ -127,6 +128,7 @@ def long_plan(variant: str, seed: int, minutes: float) -> Plan:
         seconds=minutes * 60.0,
         layout=LAYOUTS[variant],
         pace=LONG_PACE if minutes >= 5 else SHORT_PACE,
+        backfill_span=(2.0, 8.0),
         load_threads=3,
         quota_threads=1,
         quiet_seconds=420.0 if minutes >= 5 else 90.0,
@@ -325,6 +327,7 @@ def execute(plan: Plan, directory: Path, log: Any = print) -> Report:
         "tenant": TENANT,
         "quota_tenant": QUOTA_TENANT,
         "quota_limit": QUOTA_LIMIT,
+        "lease_seconds": LEASE_SECONDS,
         "webhook_secret": WEBHOOK_SECRET,
         "started": time.time(),
     }
