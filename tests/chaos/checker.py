@@ -25,9 +25,11 @@ What is checked, and what the contract allows (SPEC DP-2, FT-2, FT-3, WF-4, WF-5
   worker or of its slot process, or the store (or Temporal) going away. Two finished
   executions of one run without such a fault is a violation ("run twice"), as is a body
   that began while another body of the same run held the run's lock unless that other
-  body's process had been killed or frozen (FT-2). A body that began but never finished
-  and was executed again without any fault is allowed (a worker that cannot renew its lease
-  in time stops the body itself, FT-2) and is counted, not reported.
+  body's process had been killed or frozen (FT-2), and a body of an attempt that began
+  after a later attempt's body had begun (its claim was superseded: fencing must stop it
+  before it begins). A body that began but never finished and was executed again without
+  any fault is allowed (a worker that cannot renew its lease in time stops the body itself,
+  FT-2) and is counted, not reported.
 * **Acknowledged cancels win.** A start or occurrence canceled with ``200`` ends
   ``canceled`` with no run and no body execution; a start never dispatches before its
   ``start_at`` (a reschedule answered ``200`` is not lost).
@@ -455,7 +457,20 @@ class Checker:
                         f"{run_view['attempts']}",
                         run=run_id,
                     )
+            stale = set()
             for earlier, later in itertools.pairwise(begins):
+                superseded = max(b["attempt"] for b in begins if b["t"] <= earlier["t"])
+                if later["attempt"] < superseded:
+                    stale.add(later["nonce"])
+                    self.report.add(
+                        "stale_attempt_began",
+                        f"attempt {later['attempt']} (pid {later['pid']}) began "
+                        f"{later['t'] - earlier['t']:.3f} s after attempt {superseded} had: a "
+                        "superseded claim's body executed",
+                        run=run_id,
+                    )
+            by_attempt = sorted(begins, key=lambda b: (b["attempt"], b["t"]))
+            for earlier, later in itertools.pairwise(by_attempt):
                 finish = finishes.get(earlier["nonce"])
                 fault = self.explained(earlier, later["t"])
                 if finish is not None and fault is None:
@@ -470,7 +485,7 @@ class Checker:
                 else:
                     unexplained_unfinished += 1
             for body in begins:
-                if not body.get("concurrent"):
+                if not body.get("concurrent") or body["nonce"] in stale:
                     continue
                 holders = [
                     b

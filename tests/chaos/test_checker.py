@@ -436,3 +436,21 @@ def test_an_operation_never_decided_and_work_left_undone_are_reported(tmp_path: 
     found = rules(record.check())
     assert {"op": op, "key": "k9"} in found["never_decided"]
     assert {"run": RUN} in found["not_settled"]
+
+
+def test_a_superseded_attempt_that_begins_after_a_later_one_is_reported(tmp_path: Path) -> None:
+    """What seed 102 found: attempt 2's body began 0.18 s after attempt 3's, when its
+    frozen worker thawed (docs/reliability.md)."""
+    record = Record(tmp_path)
+    (tmp_path / BODIES).write_text("")
+    later = "c" * 32
+    record.space["runs"] = [run_view(attempts=3, result={"nonce": later, "attempt": 3})]
+    record.fault(
+        {"id": 1, "kind": "pause_worker", "target": "worker-1", "pids": [4242], "t": DUE_T}
+    )
+    record.body(body("begin", attempt=3, nonce=later, t=DUE_T + 5.0, pid=5151))
+    record.body(body("begin", attempt=2, nonce="b" * 32, t=DUE_T + 5.2, concurrent=True))
+    record.body(body("end", attempt=3, nonce=later, t=DUE_T + 5.6, pid=5151))
+    found = rules(record.check())
+    assert found["stale_attempt_began"] == [{"run": RUN}]
+    assert "run_twice" not in found and "concurrent_bodies" not in found
