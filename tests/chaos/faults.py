@@ -134,6 +134,9 @@ class Injector:
         """Processes (by name) and shared resources a fault holds right now."""
         self._held_down: set[str] = set()
         """Processes a fault killed and will start again itself."""
+        self._receiver_rests_until = 0.0
+        """The receiver stays up at least twice as long as it was last down, so deliveries'
+        backoff (5 s doubling to 1 h) stays within what a quiet period can wait for."""
         self._stop = threading.Event()
         self._ids = iter(range(1, 1_000_000))
         self._threads: list[threading.Thread] = []
@@ -220,7 +223,7 @@ class Injector:
                 self._busy.add("temporal")
                 return self._temporal_kill, {"temporal"}
             if kind == "receiver_down":
-                if "receiver" in self._busy:
+                if "receiver" in self._busy or time.monotonic() < self._receiver_rests_until:
                     return None
                 self._busy.add("receiver")
                 return self._receiver_down, {"receiver"}
@@ -369,6 +372,8 @@ class Injector:
             self._stop.wait(down)  # the quiet period brings it back at once
         finally:
             self.receiver.up()
+            with self._lock:
+                self._receiver_rests_until = time.monotonic() + 2 * down
         self._end(number, "receiver_down")
 
 

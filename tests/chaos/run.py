@@ -27,6 +27,7 @@ import shlex
 import threading
 import time
 from dataclasses import asdict, dataclass
+from datetime import datetime
 from pathlib import Path
 from typing import Any
 
@@ -246,6 +247,17 @@ def unsettled(store: dict[str, Any]) -> list[str]:
     return left
 
 
+def next_delivery_attempt(store: dict[str, Any]) -> float | None:
+    """When the last pending delivery is tried next (epoch seconds), if any is pending."""
+    times = [
+        datetime.fromisoformat(d["next_attempt_at"].replace("Z", "+00:00")).timestamp()
+        for items in store["tenants"][TENANT]["deliveries"].values()
+        for d in items
+        if d["status"] == "pending" and d.get("next_attempt_at")
+    ]
+    return max(times) if times else None
+
+
 def setup(client: Client, receiver: ChaosReceiver, shared: Shared) -> None:
     """The webhook and the one-second schedules, through the API like any client."""
     hook = client.send(
@@ -294,8 +306,11 @@ def settle(
     journal: Journal,
 ) -> dict[str, Any]:
     """Wait (bounded) until the store has nothing left to do; the last store read. What is
-    left at each look goes to ``quiet.jsonl``."""
-    deadline = time.monotonic() + seconds
+    left at each look goes to ``quiet.jsonl``. Deliveries that a long receiver outage sent
+    into a long backoff are waited for until their next attempt is due (and a minute), up
+    to three times ``seconds``."""
+    began = time.monotonic()
+    deadline = began + seconds
     while True:
         left = [
             f"{what} {state}"
@@ -311,11 +326,16 @@ def settle(
             store = read_store(reader, schedule_ids, webhook_ids)
             left = unsettled(store)
             store["unsettled"] = left
+            retry_at = next_delivery_attempt(store)
+            if left and retry_at is not None and all(x.startswith("delivery ") for x in left):
+                wait = retry_at - time.time() + 60.0
+                deadline = max(deadline, min(time.monotonic() + wait, began + 3 * seconds))
             if not left or time.monotonic() >= deadline:
                 journal.write({"t": time.time(), "settled": not left, "left": left[:50]})
                 return store
         journal.write({"t": time.time(), "left": left[:50]})
-        time.sleep(1.0)
+        only_deliveries = bool(left) and all(x.startswith("delivery ") for x in left)
+        time.sleep(10.0 if only_deliveries else 1.0)  # a backoff is seconds to minutes
 
 
 def execute(plan: Plan, directory: Path, log: Any = print) -> Report:
