@@ -77,7 +77,9 @@ def processes(database_url: str, tmp_path: Path) -> Iterator[list[bootstrap.Punc
         yield systems
 
 
-def _registrant(system: bootstrap.Punctual, worker_id: str, names: list[str]) -> Callable[[], None]:
+def _registrant(
+    system: bootstrap.Punctual, worker_id: str, names: list[str]
+) -> Callable[[], WorkerRecord]:
     """A worker that has the first version (its own id) of each of ``names`` loaded."""
     now = system.services.clock.now()
     loaded = [(name, worker_id, "artifact") for name in names]
@@ -102,7 +104,10 @@ def test_first_registrations_of_a_new_workflow_leave_one_active_version(
                 _registrant(processes[1], f"wrk_{round_}_b", names[::-1]),
             ]
         )
-        assert results == [None, None], results
+        # Neither registration failed, and each worker serves every version it loaded:
+        # its code is the registered artifact of each (OP-3).
+        served = [sorted(name for name, _, _ in record.loaded) for record in results]
+        assert served == [sorted(names), sorted(names)], results
         with processes[0].store.transaction(readonly=True) as tx:
             found = [d for _, d in tx.definitions.find(limit=10_000) if d.name in names]
         assert len(found) == 2 * len(names)
