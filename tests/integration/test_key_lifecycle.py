@@ -408,6 +408,29 @@ def test_stopped_and_silent_processes_do_not_block_activation(
         )
 
 
+def test_what_a_process_runs_stays_reported_while_its_timer_beats(
+    database_url: str, tmp_path: Path, material: dict[str, bytes]
+) -> None:
+    """A timer beat that read the components before one was added must not commit after
+    the beat that reported it: ``keys check`` would lose the component until the next beat."""
+    key_file = ring(tmp_path / "k.keys", material, "k1")
+    settings = key_settings(database_url, key_file, refresh_seconds=0.001, liveness_seconds=2)
+    with running(settings) as system:
+        assert system.key_watch is not None
+        added: list[str] = []
+        for component in ("api", "runner", "worker", "sweeper", "deliverer"):
+            system.key_watch.add_component(component)
+            added.append(component)
+            for _ in range(40):  # the timer beats about once per read
+                with system.store.engine.connect() as conn:
+                    (stored,) = conn.execute(
+                        sa.select(t.processes.c.components).where(
+                            t.processes.c.id == process_id(system)
+                        )
+                    ).one()
+                assert sorted(stored) == sorted(added), f"after adding {component}"
+
+
 def test_a_process_that_missed_an_activation_seals_nothing(
     database_url: str, tmp_path: Path, material: dict[str, bytes]
 ) -> None:

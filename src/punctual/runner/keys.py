@@ -29,6 +29,7 @@ class KeyWatch:
         self._refresh_seconds = refresh_seconds
         self._components: set[str] = set(process.components)
         self._lock = threading.Lock()
+        self._beating = threading.Lock()
         self._stop = threading.Event()
         self._thread: threading.Thread | None = None
 
@@ -65,12 +66,15 @@ class KeyWatch:
             log.debug("event=process_leave_failed process=%s error=%s", self._process.id, exc)
 
     def refresh_once(self) -> ProcessRecord:
-        with self._lock:
-            components = sorted(self._components)
-        self._process = keys.heartbeat(
-            self._services, replace(self._process, components=components)
-        )
-        return self._process
+        # One beat at a time: a timer beat that read the components before a new one was
+        # added must not commit after the beat that reported it, and undo the report.
+        with self._beating:
+            with self._lock:
+                components = sorted(self._components)
+            self._process = keys.heartbeat(
+                self._services, replace(self._process, components=components)
+            )
+            return self._process
 
     def _beat(self) -> None:
         try:
