@@ -28,6 +28,9 @@ from tests.support.server import serving
 
 PACKAGE = "punctual_generated"
 TENANT = "acme"
+TIMEOUT = httpx.Timeout(30.0)
+"""Longer than the server's bounded wait (10 s in the tests), as a client's should be: an
+answer that waited its full bound, or a loaded machine, must not look like a dead server."""
 
 
 @pytest.fixture
@@ -42,7 +45,9 @@ def served(system: bootstrap.Punctual) -> Iterator[tuple[str, str]]:
 def generated_package(url: str, directory: Path, monkeypatch: pytest.MonkeyPatch) -> ModuleType:
     """Fetch the document from the server, generate a client package from it, import it."""
     document = directory / "openapi.json"
-    document.write_bytes(httpx.get(f"{url}/openapi.json").raise_for_status().content)
+    document.write_bytes(
+        httpx.get(f"{url}/openapi.json", timeout=TIMEOUT).raise_for_status().content
+    )
     config = Config.from_sources(
         ConfigFile(post_hooks=[], project_name_override=PACKAGE, package_name_override=PACKAGE),
         MetaType.NONE,
@@ -87,7 +92,7 @@ def test_a_generated_client_creates_gets_and_cancels_a_start(
             "attributes": {"customer": "c-17"},
         }
     )
-    with package.AuthenticatedClient(base_url=url, token=token) as client:
+    with package.AuthenticatedClient(base_url=url, token=token, timeout=TIMEOUT) as client:
         created = create_start.sync_detailed(
             TENANT, client=client, body=body, idempotency_key="g-1"
         )
@@ -138,7 +143,7 @@ def test_a_generated_client_reads_pages_and_health(
     tenant_health = module("api.tenant.tenant_health")
     list_starts = module("api.scheduled_starts.list_starts")
     models = module("models")
-    with package.AuthenticatedClient(base_url=url, token=token) as client:
+    with package.AuthenticatedClient(base_url=url, token=token, timeout=TIMEOUT) as client:
         definitions = list_definitions.sync(TENANT, client=client)
         assert isinstance(definitions, models.DefinitionPage)
         assert {d.name for d in definitions.items} >= {"echo", "sleep", "fail", "score"}
@@ -146,6 +151,6 @@ def test_a_generated_client_reads_pages_and_health(
         assert isinstance(page, models.StartPage) and page.items == []
         report = tenant_health.sync(TENANT, client=client)
         assert isinstance(report, models.Health) and report.status.value == "ok"
-    with package.AuthenticatedClient(base_url=url, token="not-a-token") as client:
+    with package.AuthenticatedClient(base_url=url, token="not-a-token", timeout=TIMEOUT) as client:
         refused = list_starts.sync(TENANT, client=client)
         assert isinstance(refused, models.Error) and refused.error.code == "unauthenticated"
