@@ -25,7 +25,7 @@ lint: $(STAMP)
 
 ## test: every check and every test (SQLite always; PostgreSQL and Temporal when reachable, required with CI=true),
 ## in TEST_WORKERS processes (a test file stays in one process; TEST_WORKERS=0 runs them in this one)
-TEST_WORKERS ?= 2
+TEST_WORKERS ?= 3
 test: lint
 	$(BIN)/python -m pytest -n $(TEST_WORKERS) --dist loadfile
 

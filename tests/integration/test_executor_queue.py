@@ -10,6 +10,7 @@ file, so the tests see exactly which ran.
 from __future__ import annotations
 
 import threading
+import time
 from collections.abc import Iterator
 from pathlib import Path
 
@@ -193,6 +194,31 @@ def test_runs_queued_behind_a_slow_body_are_taken_back(
     assert sorted(returned.wait_for(2)) == sorted(j.run_id for j in queued)
     assert recorder.wait_finished(slow.run_id).state == "completed", "not disturbed"
     assert began(marks) == []
+
+
+def test_a_frozen_pool_s_slot_never_begins_what_waited_past_its_bound(
+    queued_pool: tuple[SlotPool, Recorder, Returned],
+    tmp_path: Path,
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """Chaos seed 102: the worker was frozen (SIGSTOP) while its slot was running A with B
+    queued behind it. On thaw the slot finished A and began B before the pool could take B
+    back, although B's claim had gone to another worker meanwhile. Holding the pool's lock
+    freezes its monitor the same way while the slot process runs on."""
+    monkeypatch.setattr(executor, "REQUEUE_AFTER_SECONDS", 0.2)
+    pool, recorder, returned = queued_pool
+    marks = tmp_path / "began.txt"
+    slow = assignment("nap", {"seconds": 0.6})
+    (queued,) = notes(marks, 1)
+    pool.submit(slow)
+    recorder.wait_started(slow.run_id)
+    pool.submit(queued)
+    with pool._lock:  # the monitor can neither take B back nor read A's end: frozen
+        time.sleep(1.5)  # meanwhile A ends in the slot and B's bound passes
+    assert returned.wait_for(1) == [queued.run_id]
+    assert recorder.wait_finished(slow.run_id).state == "completed", "not disturbed"
+    assert began(marks) == [], "B waited past its bound: the slot must not begin it"
+    assert queued.run_id not in recorder.outcomes
 
 
 def test_a_slot_whose_body_runs_long_offers_no_queue(

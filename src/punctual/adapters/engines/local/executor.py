@@ -13,7 +13,7 @@ multi-threaded process can copy a lock held by another thread and deadlock the c
 
 Protocol (all messages are small tuples on one duplex ``Pipe`` per child)::
 
-    parent -> child   ("run", Assignment) | ("cancel", run_id) | ("stop",)
+    parent -> child   ("run", [(seq, epoch, begin_by, Assignment)]) | ("cancel", run_id) | ("stop",)
     child  -> parent  ("ready", pid) | ("load_failed", text)
                       ("started", run_id) | ("finished", run_id, state, result_json, error)
 
@@ -68,7 +68,10 @@ _TERMINATED_UNBEGUN_REASON = "terminated on request before its body began"
 
 REQUEUE_AFTER_SECONDS = 0.2
 """An assignment queued behind another body that has not begun this long after it was
-sent is taken back (``on_returned``): a slow body never holds runs queued behind it."""
+sent is taken back (``on_returned``): a slow body never holds runs queued behind it. The
+child keeps the same bound itself, so a pool that was frozen (SIGSTOP, a paused VM) past
+it cannot be outrun on thaw by its child beginning what the pool was about to take back,
+and whose claim has meanwhile gone to another worker."""
 BUSY_AFTER_SECONDS = 0.02
 """A slot whose body has run this long takes no more queued assignments."""
 _TRANSITION_LOCK_TIMEOUT_SECONDS = 1.0
@@ -165,7 +168,9 @@ class _ChildServer:
         self._app = app
         self._app_ref = app_ref
         self._shared = shared
-        self._jobs: queue.SimpleQueue[tuple[int, int, Assignment] | None] = queue.SimpleQueue()
+        self._jobs: queue.SimpleQueue[tuple[int, int, float, Assignment] | None] = (
+            queue.SimpleQueue()
+        )
         self._lock = threading.Lock()
         self._cancels: dict[str, threading.Event] = {}
         self._outbox: list[tuple[Any, ...]] = []
@@ -186,24 +191,26 @@ class _ChildServer:
             if job is None:
                 self._flush()
                 return
-            seq, epoch, assignment = job
+            seq, epoch, begin_by, assignment = job
             with self._lock:
                 cancel_event = self._cancels.get(assignment.run_id) or threading.Event()
             try:
                 # The previous body's outcome goes out before this one may begin: once the
                 # parent reads this body as begun, everything before it is on the pipe.
                 self._flush()
-                if self._begin(seq, epoch):
+                if self._begin(seq, epoch, begin_by):
                     self._run(assignment, cancel_event)
             finally:
                 with self._lock:
                     if self._cancels.get(assignment.run_id) is cancel_event:
                         del self._cancels[assignment.run_id]
 
-    def _begin(self, seq: int, epoch: int) -> bool:
-        """Claim the right to begin this body, or learn it was taken back."""
+    def _begin(self, seq: int, epoch: int, begin_by: float) -> bool:
+        """Claim the right to begin this body, or learn it was (or is due to be) taken
+        back: ``begin_by`` is the parent's ``time.monotonic()`` deadline for a queued one
+        (the clock is the machine's, shared by both processes)."""
         with self._shared.lock:
-            if self._shared.state[_EPOCH] != epoch:
+            if self._shared.state[_EPOCH] != epoch or time.monotonic() >= begin_by:
                 return False
             self._shared.state[_BEGUN] = seq
         return True
@@ -223,10 +230,10 @@ class _ChildServer:
                 return
             kind = message[0]
             if kind == "run":
-                for seq, epoch, assignment in message[1]:
+                for seq, epoch, begin_by, assignment in message[1]:
                     with self._lock:
                         self._cancels[assignment.run_id] = threading.Event()
-                    self._jobs.put((seq, epoch, assignment))
+                    self._jobs.put((seq, epoch, begin_by, assignment))
             elif kind == "cancel":
                 with self._lock:
                     event = self._cancels.get(message[1])
@@ -515,12 +522,14 @@ class SlotPool:
             child = self._placement()
             if child is None:
                 raise RuntimeError("no free slot: wait for one (free_slots()) before submit")
+            queued = bool(child.active)  # behind another body: taken back if not begun soon
             active = _Active(assignment, child.next_seq, child.epoch, time.monotonic())
+            begin_by = active.sent_at + REQUEUE_AFTER_SECONDS if queued else math.inf
             child.next_seq += 1
             child.active[assignment.run_id] = active
             self._runs[assignment.run_id] = child
         try:
-            message = ("run", [(active.seq, active.epoch, assignment)])
+            message = ("run", [(active.seq, active.epoch, begin_by, assignment)])
             data = pickle.dumps(message, protocol=pickle.HIGHEST_PROTOCOL)
         except BaseException:
             # A payload that cannot travel fails here, and its place is given up again
