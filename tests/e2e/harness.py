@@ -563,8 +563,11 @@ class Creator:
             idempotency_key=f"e2e-create-{number}",
         )
 
-    def spread(self, count: int, first_at: datetime, over_seconds: float) -> list[dict[str, Any]]:
-        """``count`` starts due evenly from ``first_at`` over ``over_seconds``.
+    def spread(
+        self, count: int, first_at: datetime, over_seconds: float, *, numbered_from: int = 0
+    ) -> list[dict[str, Any]]:
+        """``count`` starts due evenly from ``first_at`` over ``over_seconds``, numbered
+        (business request id, idempotency key) from ``numbered_from``.
 
         A start whose planned time has passed by the time it is created (a loaded machine
         creates slower than the spread) is due at its creation instead: the API refuses a
@@ -572,7 +575,9 @@ class Creator:
         burst as one due later."""
         step = over_seconds / max(1, count - 1)
         return [
-            self.echo_at(max(first_at + timedelta(seconds=i * step), datetime.now(UTC)), i)
+            self.echo_at(
+                max(first_at + timedelta(seconds=i * step), datetime.now(UTC)), numbered_from + i
+            )
             for i in range(count)
         ]
 
