@@ -30,8 +30,8 @@ from tests.support.drivers import (
     occurrences,
     poll,
     runs,
-    temporal_driver_of,
     temporal_settings,
+    temporal_view,
 )
 from tests.support.temporal import dev_server
 
@@ -151,7 +151,7 @@ def test_a_paused_schedule_fires_nothing_until_resumed(fires: Firing) -> None:
     assert paused.status_code == 200, paused.text
     assert paused.json()["next_fire_times"] == []
     if fires.driver == TEMPORAL_SCHEDULES:
-        view = temporal_driver_of(fires.system).describe_many([created["id"]])[created["id"]]
+        view = temporal_view(fires.system, created["id"])
         assert view.paused
     at_pause = {o["id"] for o in occurrences(api, created["id"])}
     time.sleep(QUIET_SECONDS)
@@ -181,7 +181,7 @@ def test_a_deleted_schedule_fires_no_more_and_answers_404(fires: Firing) -> None
     assert gone.status_code == 204, gone.text
     assert api.get(f"/schedules/{created['id']}").status_code == 404
     if fires.driver == TEMPORAL_SCHEDULES:
-        view = temporal_driver_of(fires.system).describe_many([created["id"]])[created["id"]]
+        view = temporal_view(fires.system, created["id"])
         assert not view.present
     at_delete = {o["id"] for o in occurrences(api, created["id"])}
     time.sleep(QUIET_SECONDS)

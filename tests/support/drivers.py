@@ -19,6 +19,8 @@ from typing import Any, TypeVar
 
 from punctual import bootstrap
 from punctual.adapters.drivers.temporal_schedules.driver import TemporalSchedulesDriver
+from punctual.errors import Unavailable
+from punctual.ports.driver import DriverView
 from punctual.ports.events import Event
 from punctual.settings import Settings
 from tests.conftest import make_settings
@@ -119,6 +121,22 @@ def temporal_driver_of(system: bootstrap.Punctual) -> TemporalSchedulesDriver:
     driver = system.services.driver
     assert isinstance(driver, TemporalSchedulesDriver)
     return driver
+
+
+def temporal_view(
+    system: bootstrap.Punctual, schedule_id: str, *, within: float = 30.0
+) -> DriverView:
+    """What Temporal holds for ``schedule_id``, asked again while the driver answers
+    ``engine_unavailable`` (its RPC deadline passed: a loaded dev server), as the runner's
+    next pass would; bounded."""
+    deadline = time.monotonic() + within
+    while True:
+        try:
+            return temporal_driver_of(system).describe_many([schedule_id])[schedule_id]
+        except Unavailable:
+            if time.monotonic() >= deadline:
+                raise
+            time.sleep(0.5)
 
 
 def every_second(name: str, **changes: Any) -> dict[str, Any]:
