@@ -667,27 +667,32 @@ def poll(what: str, check: Callable[[], Any], timeout: float = 20) -> Any:
         time.sleep(0.05)
 
 
+SOON_SECONDS = 1.5
+
+
 def fire_and_end(
     alice: Scheduler,
     bodies: dict[str, tuple[str, dict[str, Any]]],
     timeout: float = 20,
     **options: Any,
 ) -> dict[str, dict[str, Any]]:
-    """One schedule per expected end (state -> workflow and input), each firing once, a
-    second from now, on whichever engine runs them; the runs expected ``canceled`` and
-    ``terminated`` are canceled and terminated once their bodies run. Per state: the
+    """One schedule per expected end (state -> workflow and input), each firing once,
+    ``SOON_SECONDS`` after it was created, on whichever engine runs them; the runs
+    expected ``canceled`` and ``terminated`` are canceled and terminated once their
+    bodies run. Per state: the
     run, the schedule and the occurrence's follow-through once the runner's pass has
     followed the run through."""
-    soon = datetime.now(UTC) + timedelta(seconds=1)
     schedules = {
         state: alice.schedule_every(
             workflow,
             payload,
-            timedelta(hours=1),  # one fire within the test: at ``soon``
+            timedelta(hours=1),  # one fire within the test: its first
             name=f"ends-{state}",
             overlap="skip",
             missed="skip",
-            starts_at=soon,
+            # Each a while after its own creation: on a loaded machine creating five takes
+            # seconds, and a first fire planned before its schedule existed is never made.
+            starts_at=datetime.now(UTC) + timedelta(seconds=SOON_SECONDS),
             **options,
         )["id"]
         for state, (workflow, payload) in bodies.items()
