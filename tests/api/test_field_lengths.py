@@ -28,18 +28,23 @@ from urllib.parse import quote
 import httpx
 import httpx2
 import pytest
+import sqlalchemy as sa
 from fastapi.testclient import TestClient
 from pydantic import BaseModel
 from pydantic.json_schema import models_json_schema
+from typer.testing import CliRunner
 
 from punctual import bootstrap
 from punctual.adapters.engines.local.worker import declared_definitions
 from punctual.adapters.http.routes.internal import TOKEN_HEADER, HostHoldBody
 from punctual.adapters.http.schemas import REQUEST_BODIES
+from punctual.adapters.stores.sql import tables as t
+from punctual.cli.main import app as cli
 from punctual.domain.permissions import Role
 from punctual.ports.records import WorkerRecord
 from punctual.ports.webhooks import SendResult
 from punctual.settings import Settings
+from punctual.usecases import identity
 from punctual.usecases.definitions import DeclaredDefinition, register_worker
 from punctual.workflows import load_app
 from tests.conftest import make_settings
@@ -549,3 +554,36 @@ def test_the_idempotency_record_keeps_a_200_character_resource_id(
         record = tx.idempotency.get(TENANT, SUBJECT, longest_key)
     assert record is not None
     assert (record.state, record.status_code) == ("done", 204)
+
+
+@pytest.mark.parametrize(
+    ("option", "longest"), [("--tenant", identity.TENANT_MAX), ("--subject", identity.SUBJECT_MAX)]
+)
+def test_tokens_create_takes_the_longest_tenant_and_subject_and_refuses_longer(
+    database_url: str, tmp_path: Path, option: str, longest: int
+) -> None:
+    """The host command checks what the HTTP models check: a longer tenant or subject is
+    a one-line ``validation_error`` (exit 2) that creates nothing, on both stores (SQLite
+    would keep it, PostgreSQL would refuse it as a driver error)."""
+    env = {"PUNCTUAL_CODEC__KEY_FILE": str(tmp_path / "cli.keys")}
+
+    def tokens_create(value: str) -> Any:
+        names = {"--tenant": "acme", "--subject": "alice", option: value}
+        args = ["tokens", "create", "--role", "member", "--database-url", database_url]
+        args += [part for pair in names.items() for part in pair]
+        return CliRunner().invoke(cli, args, env=env)
+
+    made = tokens_create("x" * longest)
+    assert made.exit_code == 0, made.output
+    refused = tokens_create("y" * (longest + 1))
+    assert refused.exit_code == 2, refused.output
+    assert refused.output.count("\n") == 1, refused.output
+    assert f"{option[2:]} must be 1 to {longest} characters long" in refused.output
+    assert "y" * 20 not in refused.output, "the error quotes no input"
+    system = bootstrap.build(make_settings(database_url, tmp_path))
+    try:
+        with system.store.engine.connect() as conn:
+            members = conn.execute(sa.select(t.members.c.tenant, t.members.c.subject)).all()
+    finally:
+        system.close()
+    assert all("y" not in tenant + subject for tenant, subject in members), members

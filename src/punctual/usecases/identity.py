@@ -69,6 +69,12 @@ def issue_token(
     return IssuedToken(record.id, secret, tenant, subject, expires_at)
 
 
+TENANT_MAX = 64
+SUBJECT_MAX = 200
+"""The longest tenant id and member subject the store keeps (API.md; the HTTP models hold
+the same bound for members added over the API)."""
+
+
 def ensure_member_token(
     services: Services,
     tenant: str,
@@ -83,6 +89,9 @@ def ensure_member_token(
     """
     if token is not None and len(token) < 32:
         raise InvalidRequest("a chosen token must be at least 32 characters long")
+    for name, value, limit in (("tenant", tenant, TENANT_MAX), ("subject", subject, SUBJECT_MAX)):
+        if not 1 <= len(value) <= limit:
+            raise InvalidRequest(f"{name} must be 1 to {limit} characters long")
     now = services.clock.now()
     with services.store.transaction() as tx:
         tx.identity.ensure_tenant(tenant, now)
