@@ -71,8 +71,8 @@ def issue_token(
 
 TENANT_MAX = 64
 SUBJECT_MAX = 200
-"""The longest tenant id and member subject the store keeps (API.md; the HTTP models hold
-the same bound for members added over the API)."""
+"""The longest tenant id and member subject the store keeps (API.md); the HTTP member and
+token bodies take their bound from here."""
 
 
 def ensure_member_token(

@@ -30,6 +30,7 @@ from punctual import resources
 from punctual.domain.webhooks import MAX_URL_LENGTH
 from punctual.resources import Error, InProgress
 from punctual.usecases.holds import MAX_REASON_LENGTH, PlaceHold
+from punctual.usecases.identity import SUBJECT_MAX
 from punctual.usecases.paging import BIGINT_MAX
 from punctual.usecases.schedule_controls import BackfillSchedule, TriggerSchedule, UpsertByName
 from punctual.usecases.schedules import CreateSchedule
@@ -179,12 +180,12 @@ class CancelBody(_Body):
 
 
 class MemberBody(_Body):
-    subject: str = Field(min_length=1, max_length=200)
+    subject: str = Field(min_length=1, max_length=SUBJECT_MAX)
     role: str = Field(json_schema_extra={"enum": ["admin", "member", "viewer"]})
 
 
 class TokenBody(_Body):
-    subject: str = Field(min_length=1, max_length=200)
+    subject: str = Field(min_length=1, max_length=SUBJECT_MAX)
     expires_at: Instant | None = None
 
 
