@@ -9,7 +9,6 @@ import os
 import re
 import secrets
 import signal
-import socket
 import subprocess
 import sys
 import time
@@ -27,6 +26,7 @@ import sqlalchemy as sa
 
 from punctual.adapters.stores.sql import migrate
 from tests.conftest import IN_CI, PG_SERVER
+from tests.e2e.harness import free_port
 
 pytestmark = pytest.mark.e2e
 
@@ -44,13 +44,6 @@ def clean_env() -> dict[str, str]:
     env = {k: v for k, v in os.environ.items() if not k.upper().startswith("PUNCTUAL_")}
     env.pop("PYTHONUNBUFFERED", None)  # the token line must be flushed by punctual itself
     return env
-
-
-def free_port() -> int:
-    with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as sock:
-        sock.bind(("127.0.0.1", 0))
-        port: int = sock.getsockname()[1]
-        return port
 
 
 def wait_for(what: str, check: Callable[[], T | None], timeout: float, step: float = 0.05) -> T:
@@ -154,7 +147,35 @@ class Server:
             os.killpg(self.process.pid, signal.SIGKILL)
 
 
+ADDRESS_IN_USE_EXIT = 7
+"""API.md: ``serve`` exits 7 when its port is taken."""
+
+
 def start_server(directory: Path, *args: str) -> Server:
+    """``punctual serve`` on a free port; started again on another port when a process of
+    a test running beside this one took the port between its choice and the bind."""
+    for _ in range(3):
+        server = _launch(directory, *args)
+        if not _lost_its_port(server):
+            break
+    return server
+
+
+def _lost_its_port(server: Server) -> bool:
+    """Whether ``serve`` exited 7; its "serving on" line, printed once it holds the port,
+    says it did not (a probe of the port could reach whoever took it)."""
+    deadline = time.monotonic() + STARTUP_SECONDS
+    while time.monotonic() < deadline:
+        code = server.process.poll()
+        if code is not None:
+            return code == ADDRESS_IN_USE_EXIT
+        if "punctual is serving on" in server.stdout():
+            return False
+        time.sleep(0.05)
+    return False  # the test's own waits report a server that never came up
+
+
+def _launch(directory: Path, *args: str) -> Server:
     directory.mkdir(parents=True, exist_ok=True)
     port = free_port()
     stdout_path = directory.parent / f"{directory.name}-{port}.out"
