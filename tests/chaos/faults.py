@@ -281,16 +281,7 @@ class Injector:
             managed.current.process.send_signal(signal.SIGKILL)
         managed.current.process.wait(timeout=30)
         time.sleep(down)
-        self.deployment.restart(member)
-        self.journal.write(
-            {
-                "type": "process",
-                "event": "start",
-                "name": managed.name,
-                "pid": managed.current.process.pid,
-                "t": time.time(),
-            }
-        )
+        restart_and_journal(self.deployment, self.journal, member)
         self._end(number, kind)
 
     def _kill_slot(self, number: int, member: Member) -> None:
@@ -377,6 +368,21 @@ class Injector:
         self._end(number, "receiver_down")
 
 
+def restart_and_journal(deployment: Deployment, journal: Journal, member: Member) -> None:
+    """Start the member again and journal its new pid, so the checker can tell its lives apart."""
+    deployment.restart(member)
+    managed = member.managed
+    journal.write(
+        {
+            "type": "process",
+            "event": "start",
+            "name": managed.name,
+            "pid": managed.current.process.pid,
+            "t": time.time(),
+        }
+    )
+
+
 def _children_of(pid: int, candidates: list[int]) -> list[int]:
     found = []
     for child in candidates:
@@ -434,13 +440,4 @@ class Supervisor:
         if self._stop.wait(1.0):
             return
         with contextlib.suppress(Exception):
-            self.deployment.restart(member)
-            self.journal.write(
-                {
-                    "type": "process",
-                    "event": "start",
-                    "name": managed.name,
-                    "pid": managed.current.process.pid,
-                    "t": time.time(),
-                }
-            )
+            restart_and_journal(self.deployment, self.journal, member)

@@ -409,16 +409,22 @@ class LoadThread(threading.Thread):
             return start_id if isinstance(start_id, str) else None
         return None
 
-    def race_cancel(self, tag: str) -> None:
+    def created_near_its_due_time(self, tag: str) -> dict[str, Any] | None:
+        """Create a start due in about a second and read it back just before or after it is due,
+        the moment when a change races its dispatch."""
         due = self.rng.uniform(0.5, 1.5)
         created = time.monotonic()
         start_id = self.accepted_start(self.create(tag, due))
         if start_id is None:
-            return
+            return None
         self.pause(due - (time.monotonic() - created) + self.rng.uniform(-0.6, 0.4))
-        start = self.read_start(start_id, tag)
+        return self.read_start(start_id, tag)
+
+    def race_cancel(self, tag: str) -> None:
+        start = self.created_near_its_due_time(tag)
         if start is None:
             return
+        start_id = start["id"]
         op = self.client.send(
             "cancel_start",
             "POST",
@@ -439,15 +445,10 @@ class LoadThread(threading.Thread):
         self.client.send(f"run_{action}", "POST", f"/runs/{run_id}/{action}", None, tag=tag)
 
     def race_reschedule(self, tag: str) -> None:
-        due = self.rng.uniform(0.5, 1.5)
-        created = time.monotonic()
-        start_id = self.accepted_start(self.create(tag, due))
-        if start_id is None:
-            return
-        self.pause(due - (time.monotonic() - created) + self.rng.uniform(-0.6, 0.4))
-        start = self.read_start(start_id, tag)
+        start = self.created_near_its_due_time(tag)
         if start is None:
             return
+        start_id = start["id"]
         body = {"version": start["version"], "start_at": in_seconds(self.rng.uniform(1.0, 4.0))}
         self.client.send(
             "reschedule", "POST", f"/scheduled-starts/{start_id}/reschedule", body, tag=tag
