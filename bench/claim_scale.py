@@ -141,9 +141,9 @@ def idle_pass_statements(system: Any, page_size: int) -> list[Statement]:
     """What an idle runner issues: one ``Runner.run_once`` pass (whatever it includes in
     this version: the claim, schedule generation, ...), ``earliest_due`` (how long to
     sleep) and the reaper (every 5 s)."""
+    from punctual.ports.doorbell import Doorbell
     from punctual.runner.loop import Runner, RunnerOptions
     from punctual.usecases import execution
-    from punctual.usecases.doorbell import Doorbell
 
     services = system.services
     runner = Runner(services, RunnerOptions(page_size=page_size), Doorbell())

@@ -226,10 +226,10 @@ def build_system(target: Target, **settings: Any) -> Any:
 
 def register_demo_definitions(system: Any) -> None:
     """Make the demo workflows active the way a worker does, without keeping a worker."""
-    from punctual.adapters.engines.local.worker import declared_definitions
     from punctual.domain.ids import new_id
     from punctual.ports.records import WorkerRecord
     from punctual.usecases import execution
+    from punctual.worker.definitions import declared_definitions
     from punctual.workflows import load_app
 
     app = load_app(DEMO_APP)

@@ -23,7 +23,6 @@ from sqlalchemy.engine import make_url
 from punctual.adapters.clock import SystemClock
 from punctual.adapters.crypto import KeyRingCodec, generate_key_file, load_key_file
 from punctual.adapters.engines.local.engine import LocalEngine
-from punctual.adapters.engines.local.worker import LocalWorker, WorkerOptions
 from punctual.adapters.faults import CrashPoints
 from punctual.adapters.http.app import create_app, create_internal_app
 from punctual.adapters.http.edge import Edge, error_body, error_status
@@ -36,6 +35,7 @@ from punctual.adapters.stores.sql.store import SqlStore, SqlTx
 from punctual.adapters.webhooks import HttpWebhookSender, default_allowed_cidrs
 from punctual.errors import ConfigurationError, HostUnavailable, Unavailable
 from punctual.ports.clock import Clock
+from punctual.ports.doorbell import Doorbell
 from punctual.ports.engine import Engine
 from punctual.ports.quota import QuotaController
 from punctual.ports.store import Tx
@@ -48,16 +48,16 @@ from punctual.usecases import driver_switch, schedule_driver
 from punctual.usecases import keys as codec_keys
 from punctual.usecases.context import HostPolicy, Services, TenantPolicy, WorkloadClass
 from punctual.usecases.definitions import check_keys
-from punctual.usecases.doorbell import Doorbell
 from punctual.usecases.idempotency import MutationRunner
 from punctual.usecases.retention import RetentionPolicy
+from punctual.worker.local import LocalWorker, WorkerOptions
 from punctual.workflows import load_app
 
 if TYPE_CHECKING:  # temporalio is an optional extra: import the adapter only when used
-    from punctual.adapters.drivers.temporal_schedules.worker import FireWorker
-    from punctual.adapters.engines.temporal.sync import SyncLoop
-    from punctual.adapters.engines.temporal.worker import TemporalWorker
     from punctual.runner.reconciler import Reconciler
+    from punctual.worker.schedules.worker import FireWorker
+    from punctual.worker.temporal.sync import SyncLoop
+    from punctual.worker.temporal.worker import TemporalWorker
 
 log = logging.getLogger("punctual")
 
@@ -329,7 +329,7 @@ class Punctual:
         self.sweeper.start()
         if self.settings.engine == "temporal" and self.sync is None:
             from punctual.adapters.engines.temporal.engine import TemporalEngine
-            from punctual.adapters.engines.temporal.sync import SyncLoop
+            from punctual.worker.temporal.sync import SyncLoop
 
             assert isinstance(self.engine, TemporalEngine)
             self.sync = SyncLoop(self.services, self.engine, TEMPORAL_SYNC_SECONDS)
@@ -343,8 +343,8 @@ class Punctual:
     def _start_schedules_driver(self) -> None:
         """The fire workflow's worker, and the reconciliation sweep (at once, then on a
         timer): the runner process is where Temporal Schedules' fires are taken."""
-        from punctual.adapters.drivers.temporal_schedules.worker import FireWorker
         from punctual.runner.reconciler import Reconciler
+        from punctual.worker.schedules.worker import FireWorker
 
         self.fire_worker = FireWorker(
             self.services, self.settings.temporal.address, self.settings.temporal.namespace
@@ -389,7 +389,7 @@ class Punctual:
             {cls.task_queue for cls in self.settings.workload_classes.values()}
         )
         if self.settings.engine == "temporal":
-            from punctual.adapters.engines.temporal.worker import TemporalWorker
+            from punctual.worker.temporal.worker import TemporalWorker
 
             temporal_worker = TemporalWorker(
                 self.services,

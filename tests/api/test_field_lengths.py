@@ -35,7 +35,6 @@ from pydantic.json_schema import models_json_schema
 from typer.testing import CliRunner
 
 from punctual import bootstrap
-from punctual.adapters.engines.local.worker import declared_definitions
 from punctual.adapters.http.routes.internal import TOKEN_HEADER, HostHoldBody
 from punctual.adapters.http.schemas import REQUEST_BODIES
 from punctual.adapters.stores.sql import tables as t
@@ -46,6 +45,7 @@ from punctual.ports.webhooks import SendResult
 from punctual.settings import Settings
 from punctual.usecases import identity
 from punctual.usecases.definitions import DeclaredDefinition, register_worker
+from punctual.worker.definitions import declared_definitions
 from punctual.workflows import load_app
 from tests.conftest import make_settings
 from tests.support.api import Api, in_process, member_api

@@ -24,13 +24,13 @@ from fastapi import FastAPI
 from fastapi.testclient import TestClient
 
 from punctual import bootstrap
-from punctual.adapters.engines.local.worker import declared_definitions
 from punctual.adapters.stores.sql import tables as t
 from punctual.domain.permissions import Role
 from punctual.ports.records import WorkerRecord
 from punctual.usecases.definitions import register_worker
 from punctual.usecases.dispatch import dispatch_due
 from punctual.usecases.notify import NotificationEvent, notify
+from punctual.worker.definitions import declared_definitions
 from punctual.workflows import load_app
 from tests.conftest import FakeClock, make_settings
 from tests.support.api import Api, echo_start, in_process, member_api

@@ -17,7 +17,6 @@ from typing import Any
 import httpx
 
 from punctual import bootstrap
-from punctual.adapters.engines.local.worker import declared_definitions
 from punctual.domain.permissions import Role
 from punctual.domain.runs import RunState
 from punctual.ports.records import WorkerRecord
@@ -26,6 +25,7 @@ from punctual.usecases.definitions import register_worker
 from punctual.usecases.dispatch import dispatch_due
 from punctual.usecases.followthrough import follow_through
 from punctual.usecases.generation import generate
+from punctual.worker.definitions import declared_definitions
 from punctual.workflows import load_app
 from tests.conftest import FakeClock
 

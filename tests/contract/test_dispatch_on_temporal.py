@@ -159,7 +159,7 @@ def test_a_run_recorded_just_after_its_leftover_gave_up_is_started_anew(
     """The narrow window of a ghost: the leftover execution decided to give up, the next
     dispatch converged on it and recorded the run, then the leftover failed. The body
     never ran, so the sync starts the run anew instead of ending it as lost."""
-    from punctual.adapters.engines.temporal.sync import sync_runs
+    from punctual.worker.temporal.sync import sync_runs
 
     h = harness
     assert h.temporal_address is not None

@@ -196,7 +196,7 @@ def _local(system: bootstrap.Punctual, queue: str) -> Callable[[], Callable[[], 
 def _temporal(
     system: bootstrap.Punctual, queue: str, address: str
 ) -> Callable[[], Callable[[], None]]:
-    from punctual.adapters.engines.temporal.worker import TemporalWorker
+    from punctual.worker.temporal.worker import TemporalWorker
 
     def start() -> Callable[[], None]:
         worker = TemporalWorker(
@@ -527,7 +527,7 @@ def forget_outcome(h: Harness, run_id: str) -> None:
 def test_sync_records_what_only_temporal_saw(harness: Harness) -> None:
     """WF-8: outcomes reach the store from Temporal's history, and reads never need Temporal."""
     from punctual.adapters.engines.temporal.engine import TemporalEngine
-    from punctual.adapters.engines.temporal.sync import sync_runs
+    from punctual.worker.temporal.sync import sync_runs
 
     h = harness
     assert h.temporal_address is not None
@@ -595,7 +595,7 @@ def test_sync_records_what_only_temporal_saw(harness: Harness) -> None:
 def test_a_run_temporal_has_no_execution_for_is_started_by_the_sync(harness: Harness) -> None:
     """DP-6: after Temporal lost its state, a recorded run that never ran is started again."""
     from punctual.adapters.engines.temporal.engine import TemporalEngine
-    from punctual.adapters.engines.temporal.sync import sync_runs
+    from punctual.worker.temporal.sync import sync_runs
 
     h = harness
     start_id = h.create_start("count", {})

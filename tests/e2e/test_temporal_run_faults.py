@@ -41,14 +41,14 @@ from temporalio.worker import UnsandboxedWorkflowRunner, Worker
 
 from punctual.adapters.engines.temporal.engine import TemporalEngine
 from punctual.adapters.engines.temporal.ledger import StoreRunLedger
-from punctual.adapters.engines.temporal.sync import sync_runs
-from punctual.adapters.engines.temporal.worker import TemporalWorker
 from punctual.adapters.stores.sql.tables import runs as runs_table
 from punctual.domain.runs import RunState
 from punctual.ports.records import WorkerRecord
 from punctual.usecases import health, runs
 from punctual.usecases.definitions import register_worker
 from punctual.usecases.dispatch import dispatch_due
+from punctual.worker.temporal.sync import sync_runs
+from punctual.worker.temporal.worker import TemporalWorker
 from punctual.workflows import load_app
 from tests.contract.test_engine_contract import (
     ADMIN,

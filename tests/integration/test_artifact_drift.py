@@ -27,7 +27,6 @@ from typing import Any
 import pytest
 
 from punctual import bootstrap
-from punctual.adapters.engines.local.worker import declared_definitions
 from punctual.domain.permissions import Principal, Role
 from punctual.domain.runs import Run, RunState
 from punctual.domain.starts import StartState
@@ -35,6 +34,7 @@ from punctual.ports.records import WorkerRecord
 from punctual.usecases import execution, health, identity, starts
 from punctual.usecases.definitions import register_worker
 from punctual.usecases.dispatch import dispatch_due
+from punctual.worker.definitions import declared_definitions
 from punctual.workflows import load_app
 from tests.conftest import FakeClock, make_settings
 
@@ -93,7 +93,7 @@ class Drift:
     def start(self, app_ref: str) -> str:
         """A worker of the engine with ``app_ref``'s code; its id."""
         if self.kind == "temporal":
-            from punctual.adapters.engines.temporal.worker import TemporalWorker
+            from punctual.worker.temporal.worker import TemporalWorker
 
             assert self.address is not None
             temporal = TemporalWorker(
@@ -251,7 +251,7 @@ def test_on_temporal_a_run_no_worker_serves_ends_at_the_pending_timeout(
 ) -> None:
     """Refused by every poller of its queue, the run's workflow asks again until the
     pending timeout from its dispatch, then ends ``timed_out`` saying why."""
-    from punctual.adapters.engines.temporal.sync import sync_runs
+    from punctual.worker.temporal.sync import sync_runs
 
     with drifting("temporal", sqlite_url, tmp_path, temporal_address, 3) as drift:
         drift.register_fleet()

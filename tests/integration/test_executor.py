@@ -17,7 +17,7 @@ from typing import Any
 
 import pytest
 
-from punctual.adapters.engines.local.executor import Assignment, Outcome, SlotPool
+from punctual.adapters.executor import Assignment, Outcome, SlotPool
 from punctual.errors import ConfigurationError
 
 # The slot processes import the helper app by reference, under the same name this module
@@ -500,11 +500,16 @@ def test_the_fork_server_preloads_what_the_worker_process_has_loaded() -> None:
     """Each child re-runs the worker's ``__main__``: for ``punctual serve`` that is the
     CLI, which must already be in the fork server so a child does not import it again."""
     import punctual.adapters.engines.temporal.engine
-    import punctual.cli.main  # noqa: F401
-    from punctual.adapters.engines.local import executor
+    import punctual.cli.main
+    import punctual.worker.temporal.worker  # noqa: F401
+    from punctual.adapters.executor import child, pool
 
-    preload = executor._preload()
+    preload = pool._preload()
 
-    assert preload[:2] == ["__main__", executor.__name__]
+    assert preload[:2] == ["__main__", child.__name__]
     assert {"punctual.cli.main", "punctual.bootstrap", "punctual.workflows"} <= set(preload)
-    assert not [m for m in preload if m.startswith("punctual.adapters.engines.temporal")]
+    assert not [
+        m
+        for m in preload
+        if m.startswith(("punctual.adapters.engines.temporal", "punctual.worker.temporal"))
+    ]

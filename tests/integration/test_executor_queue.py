@@ -16,8 +16,8 @@ from pathlib import Path
 
 import pytest
 
-from punctual.adapters.engines.local import executor
-from punctual.adapters.engines.local.executor import Assignment, SlotPool
+from punctual.adapters.executor import Assignment, SlotPool
+from punctual.adapters.executor import pool as pool_module
 from tests.integration.test_executor import APP_REF, WAIT, Recorder, assignment
 
 
@@ -42,8 +42,8 @@ def queued_pool(monkeypatch: pytest.MonkeyPatch) -> Iterator[tuple[SlotPool, Rec
     """One slot, a queue of 8. A busy slot still takes runs and none is taken back for
     waiting, unless a test says otherwise: on a loaded machine the tests' own pace must
     not decide what they see."""
-    monkeypatch.setattr(executor, "BUSY_AFTER_SECONDS", 60.0)
-    monkeypatch.setattr(executor, "REQUEUE_AFTER_SECONDS", 60.0)
+    monkeypatch.setattr(pool_module, "BUSY_AFTER_SECONDS", 60.0)
+    monkeypatch.setattr(pool_module, "REQUEUE_AFTER_SECONDS", 60.0)
     recorder, returned = Recorder(), Returned()
     pool = SlotPool(
         APP_REF,
@@ -183,7 +183,7 @@ def test_runs_queued_behind_a_slow_body_are_taken_back(
     tmp_path: Path,
     monkeypatch: pytest.MonkeyPatch,
 ) -> None:
-    monkeypatch.setattr(executor, "REQUEUE_AFTER_SECONDS", 0.2)
+    monkeypatch.setattr(pool_module, "REQUEUE_AFTER_SECONDS", 0.2)
     pool, recorder, returned = queued_pool
     marks = tmp_path / "began.txt"
     slow = assignment("nap", {"seconds": 1.0})
@@ -205,7 +205,7 @@ def test_a_frozen_pool_s_slot_never_begins_what_waited_past_its_bound(
     queued behind it. On thaw the slot finished A and began B before the pool could take B
     back, although B's claim had gone to another worker meanwhile. Holding the pool's lock
     freezes its monitor the same way while the slot process runs on."""
-    monkeypatch.setattr(executor, "REQUEUE_AFTER_SECONDS", 0.2)
+    monkeypatch.setattr(pool_module, "REQUEUE_AFTER_SECONDS", 0.2)
     pool, recorder, returned = queued_pool
     marks = tmp_path / "began.txt"
     slow = assignment("nap", {"seconds": 0.6})
@@ -224,13 +224,13 @@ def test_a_frozen_pool_s_slot_never_begins_what_waited_past_its_bound(
 def test_a_slot_whose_body_runs_long_offers_no_queue(
     queued_pool: tuple[SlotPool, Recorder, Returned], monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    monkeypatch.setattr(executor, "BUSY_AFTER_SECONDS", 0.02)
+    monkeypatch.setattr(pool_module, "BUSY_AFTER_SECONDS", 0.02)
     pool, recorder, _ = queued_pool
     slow = assignment("nap", {"seconds": 0.5})
     pool.submit(slow)
     recorder.wait_started(slow.run_id)
     assert pool.wait_for_capacity(8, timeout=0) is False
-    threading.Event().wait(executor.BUSY_AFTER_SECONDS * 2)
+    threading.Event().wait(pool_module.BUSY_AFTER_SECONDS * 2)
     assert pool.free_capacity() == 0
     with pytest.raises(RuntimeError, match="no free slot"):
         pool.submit(assignment("add", {"a": 1, "b": 1}))
@@ -241,8 +241,8 @@ def test_a_slot_whose_body_runs_long_offers_no_queue(
 def test_close_gives_back_queued_runs_that_never_began(
     tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    monkeypatch.setattr(executor, "BUSY_AFTER_SECONDS", 60.0)
-    monkeypatch.setattr(executor, "REQUEUE_AFTER_SECONDS", 60.0)
+    monkeypatch.setattr(pool_module, "BUSY_AFTER_SECONDS", 60.0)
+    monkeypatch.setattr(pool_module, "REQUEUE_AFTER_SECONDS", 60.0)
     recorder, returned = Recorder(), Returned()
     pool = SlotPool(
         APP_REF, 1, recorder.on_started, recorder.on_finished, queue_depth=4, on_returned=returned

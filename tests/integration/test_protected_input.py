@@ -28,7 +28,6 @@ import sqlalchemy as sa
 
 from punctual import bootstrap
 from punctual.adapters.crypto import generate_key_file
-from punctual.adapters.engines.local.worker import declared_definitions
 from punctual.adapters.stores.sql import tables as t
 from punctual.domain.permissions import Role
 from punctual.domain.runs import DefinitionState
@@ -42,6 +41,7 @@ from punctual.usecases.definitions import (
     set_lifecycle,
 )
 from punctual.usecases.dispatch import dispatch_due
+from punctual.worker.definitions import declared_definitions
 from punctual.workflows import load_app
 from tests.conftest import make_settings
 from tests.support.api import Api, in_process, member_api

@@ -98,7 +98,7 @@ def pending_rows(system: bootstrap.Punctual, tenant: str) -> int:
 
 def live_worker(system: bootstrap.Punctual) -> None:
     """The demo definitions loaded by a live (just heartbeated) worker, without running one."""
-    from punctual.adapters.engines.local.worker import declared_definitions
+    from punctual.worker.definitions import declared_definitions
     from punctual.workflows import load_app
 
     app = load_app("punctual.demo:app")

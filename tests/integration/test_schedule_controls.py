@@ -22,7 +22,6 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 from punctual import bootstrap
-from punctual.adapters.engines.local.worker import declared_definitions
 from punctual.adapters.stores.sql import tables as t
 from punctual.domain.permissions import Principal, Role
 from punctual.domain.runs import DefinitionState, RunState
@@ -37,6 +36,7 @@ from punctual.usecases.dispatch import DispatchReport, dispatch_due
 from punctual.usecases.followthrough import follow_through
 from punctual.usecases.generation import generate
 from punctual.usecases.idempotency import IdempotentRequest, Mutation, Outcome, RecordedError
+from punctual.worker.definitions import declared_definitions
 from punctual.workflows import load_app
 from tests.conftest import FakeClock, make_settings
 

@@ -19,7 +19,6 @@ import pytest
 import sqlalchemy as sa
 
 from punctual import bootstrap
-from punctual.adapters.engines.local.worker import declared_definitions
 from punctual.adapters.stores.sql import tables as t
 from punctual.adapters.stores.sql.schedules import SqlSchedules
 from punctual.domain.permissions import Role
@@ -32,6 +31,7 @@ from punctual.usecases.definitions import DeclaredDefinition, register_worker, s
 from punctual.usecases.dispatch import DispatchReport, dispatch_due
 from punctual.usecases.followthrough import follow_through
 from punctual.usecases.generation import GenerationReport, generate
+from punctual.worker.definitions import declared_definitions
 from punctual.workflows import load_app
 from tests.conftest import FakeClock, make_settings
 from tests.support.api import in_process, member_api

@@ -12,12 +12,12 @@ import pytest
 import sqlalchemy as sa
 
 from punctual import bootstrap
-from punctual.adapters.engines.local.executor import Outcome
-from punctual.adapters.engines.local.worker import LocalWorker, WorkerOptions
+from punctual.adapters.executor import Outcome
 from punctual.domain.runs import RunState
+from punctual.ports.doorbell import Doorbell
 from punctual.ports.records import ClaimedRun, EncryptedInput
 from punctual.usecases import execution
-from punctual.usecases.doorbell import Doorbell
+from punctual.worker.local import LocalWorker, WorkerOptions
 from punctual.workflows import load_app
 from tests.integration.test_worker_faults import (
     APP_REF,

@@ -12,11 +12,11 @@ from typing import Any
 import pytest
 
 from punctual import bootstrap
-from punctual.adapters.engines.local.worker import LocalWorker
 from punctual.domain.runs import RunState
 from punctual.ports.records import RunClaim
 from punctual.usecases import execution
 from punctual.usecases.context import Services
+from punctual.worker.local import LocalWorker
 from tests.integration.test_worker_faults import (
     APP_REF,
     TENANT,

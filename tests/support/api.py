@@ -101,9 +101,9 @@ def echo_start(start_at: str | None = None, **overrides: Any) -> dict[str, Any]:
 
 def register_demo(system: bootstrap.Punctual) -> None:
     """Register the demo app's definitions as a worker would, without starting one."""
-    from punctual.adapters.engines.local.worker import declared_definitions
     from punctual.ports.records import WorkerRecord
     from punctual.usecases.definitions import register_worker
+    from punctual.worker.definitions import declared_definitions
     from punctual.workflows import load_app
 
     app = load_app("punctual.demo:app")
@@ -125,9 +125,9 @@ def register_demo(system: bootstrap.Punctual) -> None:
 def live_worker(system: bootstrap.Punctual) -> None:
     """Record a live worker with the demo versions loaded, so that dispatch can pin them
     without starting worker processes."""
-    from punctual.adapters.engines.local.worker import declared_definitions
     from punctual.ports.records import WorkerRecord
     from punctual.usecases.definitions import register_worker
+    from punctual.worker.definitions import declared_definitions
     from punctual.workflows import load_app
 
     app = load_app("punctual.demo:app")

@@ -5,7 +5,7 @@ from __future__ import annotations
 import threading
 import time
 
-from punctual.usecases.doorbell import Doorbell
+from punctual.ports.doorbell import Doorbell
 
 
 def _waiters(

@@ -22,10 +22,10 @@ from datetime import datetime
 
 from punctual.domain.ids import new_id
 from punctual.errors import Unavailable
+from punctual.ports.doorbell import Doorbell
 from punctual.usecases import execution
 from punctual.usecases.context import Services
 from punctual.usecases.dispatch import dispatch_due
-from punctual.usecases.doorbell import Doorbell
 from punctual.usecases.followthrough import follow_through
 from punctual.usecases.generation import LOOKAHEAD, generate
 from punctual.usecases.health import HOST

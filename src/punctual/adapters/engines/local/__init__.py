@@ -1,1 +1,2 @@
-"""The local engine: workers that claim runs from the store and execute them in child processes."""
+"""The local engine: starts runs by recording them in the store, for workers
+(``punctual.worker.local``) to claim and execute in child processes."""

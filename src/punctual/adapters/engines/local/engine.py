@@ -11,9 +11,9 @@ from collections.abc import Sequence
 from datetime import timedelta
 
 from punctual.ports.clock import Clock
+from punctual.ports.doorbell import Doorbell
 from punctual.ports.engine import RunOrder
 from punctual.ports.store import Store
-from punctual.usecases.doorbell import Doorbell
 
 
 class LocalEngine:

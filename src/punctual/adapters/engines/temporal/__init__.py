@@ -5,7 +5,7 @@ module and its parents, so this package's ``__init__`` must stay free of the cli
 the store and the executor. Import the parts from their modules:
 
 * ``engine.TemporalEngine`` — the Engine port, used by the runner and the run use cases;
-* ``worker.run_temporal_worker`` / ``worker.TemporalWorker`` — the process that executes runs;
-* ``sync.sync_runs`` / ``sync.SyncLoop`` — brings Temporal's view of runs back into the store;
 * ``workflow.PunctualRun`` — the one generic Temporal workflow.
+
+The process that executes runs and the loop that syncs them are in ``punctual.worker.temporal``.
 """

@@ -27,15 +27,15 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 from datetime import datetime
 
-from punctual.adapters.engines.local.executor import Assignment, Outcome, SlotPool
+from punctual.adapters.executor import Assignment, Outcome, SlotPool
 from punctual.domain.ids import new_id
 from punctual.domain.runs import RunErrorCode, RunState, run_error
 from punctual.errors import Unavailable
+from punctual.ports.doorbell import Doorbell
 from punctual.ports.records import ClaimedRun, RunClaim, RunFlags, WorkerRecord
 from punctual.usecases import execution
 from punctual.usecases.context import Services
-from punctual.usecases.definitions import DeclaredDefinition
-from punctual.usecases.doorbell import Doorbell
+from punctual.worker.definitions import declared_definitions
 from punctual.workflows import App
 
 log = logging.getLogger("punctual.worker")
@@ -61,19 +61,6 @@ class WorkerOptions:
     """Runs a slot holds at most: the one whose body runs and those queued behind it, so
     a slot goes from one short body to the next without a round trip through this
     process (docs/decisions/0005). 1 hands a slot one run at a time."""
-
-
-def declared_definitions(app: App) -> list[DeclaredDefinition]:
-    return [
-        DeclaredDefinition(
-            name=d.name,
-            version=d.version,
-            artifact=d.artifact,
-            input_schema=d.input_schema,
-            execution_timeout_seconds=d.execution_timeout_seconds,
-        )
-        for d in app.definitions
-    ]
 
 
 class LocalWorker:

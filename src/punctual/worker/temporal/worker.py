@@ -35,8 +35,6 @@ from temporalio.client import Client
 from temporalio.worker import Worker
 from temporalio.worker.workflow_sandbox import SandboxedWorkflowRunner, SandboxRestrictions
 
-from punctual.adapters.engines.local.worker import declared_definitions
-from punctual.adapters.engines.temporal.activity import RunExecutor
 from punctual.adapters.engines.temporal.engine import ENGINE_NAME
 from punctual.adapters.engines.temporal.ledger import RunLedger, StoreRunLedger
 from punctual.adapters.engines.temporal.workflow import PunctualRun
@@ -46,6 +44,8 @@ from punctual.ports.engine import EngineUnavailable
 from punctual.ports.records import WorkerRecord
 from punctual.usecases import execution
 from punctual.usecases.context import Services
+from punctual.worker.definitions import declared_definitions
+from punctual.worker.temporal.activity import RunExecutor
 from punctual.workflows import App, load_app
 
 log = logging.getLogger("punctual.worker.temporal")

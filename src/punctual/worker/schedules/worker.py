@@ -13,10 +13,10 @@ from temporalio.client import Client
 from temporalio.worker import Worker
 from temporalio.worker.workflow_sandbox import SandboxedWorkflowRunner, SandboxRestrictions
 
-from punctual.adapters.drivers.temporal_schedules.activities import FireActivities
 from punctual.adapters.drivers.temporal_schedules.messages import FIRE_TASK_QUEUE
 from punctual.adapters.drivers.temporal_schedules.workflow import PunctualFire
 from punctual.usecases.context import Services
+from punctual.worker.schedules.activities import FireActivities
 
 log = logging.getLogger("punctual.driver.temporal_schedules")
 

@@ -1,27 +1,11 @@
-"""Run workflow bodies in warm child processes, so that terminate and timeouts really stop them.
+"""The parent side of the executor: ``SlotPool`` keeps one warm slot process per slot,
+hands it assignments, reads what began and what ended, enforces execution timeouts,
+kills for terminate and respawns what died.
 
-A Python thread cannot be stopped from outside: a body that ignores its ``RunContext`` (a
-hung socket read, a busy loop, a C extension) would keep running after the run was
-recorded ``terminated`` or ``timed_out`` (SPEC WF-5, WF-7). So every body runs in a child
-process that the parent can SIGKILL. To keep starts cheap, a ``SlotPool`` pre-spawns one
-long-lived child per slot; each child imports the app once and then serves assignments
-one at a time over a pipe.
-
-Children are created with multiprocessing's ``forkserver`` context: the worker process is
-multi-threaded (HTTP client, heartbeats, this pool's monitor), and ``fork`` from a
-multi-threaded process can copy a lock held by another thread and deadlock the child.
-
-Protocol (all messages are small tuples on one duplex ``Pipe`` per child)::
-
-    parent -> child   ("run", [(seq, epoch, begin_by, Assignment)]) | ("cancel", run_id) | ("stop",)
-    child  -> parent  ("ready", pid) | ("load_failed", text)
-                      ("started", run_id) | ("finished", run_id, state, result_json, error)
-
-One monitor thread in the parent waits on every child's pipe and exit sentinel, enforces
-execution timeouts, respawns dead children and invokes the callbacks. Callbacks run on
-that thread, never while the pool's lock is held, so they may call back into the pool.
-``on_finished`` is called exactly once per submitted assignment (until ``close``);
-``on_started`` is called at most once, only when the body actually began.
+One monitor thread waits on every child's pipe and exit sentinel and invokes the
+callbacks. Callbacks run on that thread, never while the pool's lock is held, so they may
+call back into the pool. ``on_finished`` is called exactly once per submitted assignment
+(until ``close``); ``on_started`` is called at most once, only when the body actually began.
 """
 
 from __future__ import annotations
@@ -34,25 +18,28 @@ import math
 import multiprocessing
 import os
 import pickle
-import queue
 import signal
 import sys
 import threading
 import time
-import traceback
 from collections.abc import Callable
 from dataclasses import dataclass, field
 from multiprocessing.connection import Connection, wait
 from multiprocessing.process import BaseProcess
 from typing import Any, Literal
 
+from punctual.adapters.executor.child import child_main
+from punctual.adapters.executor.slot import (
+    BEGUN,
+    EPOCH,
+    Assignment,
+    Outcome,
+    SharedSlot,
+)
 from punctual.domain.runs import RunErrorCode, run_error
 from punctual.errors import ConfigurationError
-from punctual.workflows import App, Canceled, InputRejected, RunContext, load_app
 
 logger = logging.getLogger(__name__)
-
-OutcomeState = Literal["completed", "failed", "canceled", "terminated", "timed_out"]
 
 STARTUP_TIMEOUT_SECONDS = 60.0
 """How long ``start()`` waits for every child to import the app, at least."""
@@ -61,8 +48,6 @@ STARTUP_SECONDS_PER_SLOT = 3.0
 few cores a pool of 32 slots has been seen to need 48 s."""
 
 _MAX_RESPAWN_BACKOFF_SECONDS = 30.0
-_MAX_TRACEBACK_CHARS = 16_000
-_MAX_MESSAGE_CHARS = 4_000
 _TERMINATED_REASON = "terminated on request: the process running the body was killed"
 _TERMINATED_UNBEGUN_REASON = "terminated on request before its body began"
 
@@ -77,250 +62,6 @@ BUSY_AFTER_SECONDS = 0.02
 _TRANSITION_LOCK_TIMEOUT_SECONDS = 1.0
 """A child holds its transition lock for a few instructions; one that holds it this long
 is stopped or dead, and is killed."""
-_EPOCH = 0
-_BEGUN = 1
-
-
-@dataclass(eq=False)
-class _SharedSlot:
-    """What a slot's child and the parent share: ``state[_EPOCH]``, the epoch an
-    assignment must carry to begin, and ``state[_BEGUN]``, the sequence number of the
-    last assignment whose body began, both changed only under ``lock``."""
-
-    lock: Any  # multiprocessing.synchronize.Lock
-    state: Any  # multiprocessing RawArray of two signed 64-bit integers
-
-
-@dataclass(frozen=True)
-class Assignment:
-    """One attempt of one run, handed to a slot."""
-
-    run_id: str
-    workflow: str
-    version: str
-    payload: Any  # JSON-ready input (already decrypted)
-    attempt: int
-    origin: dict[str, Any]
-    timeout_seconds: float  # execution timeout
-    traceparent: str | None = None  # the start's W3C trace context (OS-1)
-
-
-@dataclass(frozen=True)
-class Outcome:
-    """How an assignment ended.
-
-    ``error`` is a run error (``domain.runs.run_error``): ``workflow_error`` with the
-    exception's ``type`` and ``traceback`` for ``failed`` (plus ``exit_code`` when the
-    child process died), ``input_rejected``, or ``canceled``, ``terminated``, ``timed_out``.
-    """
-
-    run_id: str
-    state: OutcomeState
-    result: Any | None  # JSON-ready, for completed
-    error: dict[str, Any] | None
-    attempt: int = 0
-    """The assignment's attempt, so a caller can tell an earlier attempt's outcome apart."""
-
-
-# --------------------------------------------------------------------------------------
-# Child side
-# --------------------------------------------------------------------------------------
-
-
-def _child_main(conn: Connection, app_ref: str, shared: _SharedSlot) -> None:
-    """Entry point of a slot process: import the app once, then serve assignments."""
-    # Ctrl-C on the worker is the parent's to handle (it decides how to shut down), and
-    # a process group of our own lets the parent kill whatever the body spawned, too.
-    signal.signal(signal.SIGINT, signal.SIG_IGN)
-    with contextlib.suppress(OSError):
-        os.setpgid(0, 0)
-    try:
-        app = load_app(app_ref)
-    except BaseException as exc:
-        with contextlib.suppress(OSError, ValueError):
-            conn.send(("load_failed", f"{type(exc).__name__}: {exc}"))
-        return
-    conn.send(("ready", os.getpid()))
-    _ChildServer(conn, app, app_ref, shared).serve()
-
-
-def _exit_now() -> None:
-    """The parent is gone: stop at once so an orphaned body cannot run on unsupervised."""
-    for stream in (sys.stdout, sys.stderr):
-        with contextlib.suppress(Exception):
-            stream.flush()
-    os._exit(0)
-
-
-class _ChildServer:
-    """Runs bodies on the child's main thread, one at a time in the order sent; a
-    listener thread reads the pipe.
-
-    Before it begins a body the child takes the slot's transition lock, checks that the
-    assignment's epoch is still the slot's (the parent bumps the epoch to take back every
-    assignment not begun yet) and writes the assignment's sequence number as the last one
-    begun. The parent reads that number under the same lock, so it always knows exactly
-    which bodies began: the rest can be taken back or killed around without loss.
-    """
-
-    def __init__(self, conn: Connection, app: App, app_ref: str, shared: _SharedSlot) -> None:
-        self._conn = conn
-        self._app = app
-        self._app_ref = app_ref
-        self._shared = shared
-        self._jobs: queue.SimpleQueue[tuple[int, int, float, Assignment] | None] = (
-            queue.SimpleQueue()
-        )
-        self._lock = threading.Lock()
-        self._cancels: dict[str, threading.Event] = {}
-        self._outbox: list[tuple[Any, ...]] = []
-        """Events not sent yet: a body's outcome waits here only until the next body is
-        about to begin (or the queue is empty), so it is always on the pipe before another
-        body can crash this process."""
-
-    def serve(self) -> None:
-        listener = threading.Thread(target=self._listen, name="punctual-slot-listener")
-        listener.daemon = True
-        listener.start()
-        while True:
-            try:
-                job = self._jobs.get_nowait()
-            except queue.Empty:
-                self._flush()
-                job = self._jobs.get()
-            if job is None:
-                self._flush()
-                return
-            seq, epoch, begin_by, assignment = job
-            with self._lock:
-                cancel_event = self._cancels.get(assignment.run_id) or threading.Event()
-            try:
-                # The previous body's outcome goes out before this one may begin: once the
-                # parent reads this body as begun, everything before it is on the pipe.
-                self._flush()
-                if self._begin(seq, epoch, begin_by):
-                    self._run(assignment, cancel_event)
-            finally:
-                with self._lock:
-                    if self._cancels.get(assignment.run_id) is cancel_event:
-                        del self._cancels[assignment.run_id]
-
-    def _begin(self, seq: int, epoch: int, begin_by: float) -> bool:
-        """Claim the right to begin this body, or learn it was (or is due to be) taken
-        back: ``begin_by`` is the parent's ``time.monotonic()`` deadline for a queued one
-        (the clock is the machine's, shared by both processes)."""
-        with self._shared.lock:
-            if self._shared.state[_EPOCH] != epoch or time.monotonic() >= begin_by:
-                return False
-            self._shared.state[_BEGUN] = seq
-        return True
-
-    def _flush(self) -> None:
-        if not self._outbox:
-            return
-        events, self._outbox = self._outbox, []
-        self._conn.send(("events", events))
-
-    def _listen(self) -> None:
-        while True:
-            try:
-                message = self._conn.recv()
-            except (EOFError, OSError):
-                _exit_now()
-                return
-            kind = message[0]
-            if kind == "run":
-                for seq, epoch, begin_by, assignment in message[1]:
-                    with self._lock:
-                        self._cancels[assignment.run_id] = threading.Event()
-                    self._jobs.put((seq, epoch, begin_by, assignment))
-            elif kind == "cancel":
-                with self._lock:
-                    event = self._cancels.get(message[1])
-                if event is not None:
-                    event.set()
-            elif kind == "stop":
-                self._jobs.put(None)
-                return
-
-    def _run(self, assignment: Assignment, cancel_event: threading.Event) -> None:
-        run_id = assignment.run_id
-        definition = self._app.get(assignment.workflow, assignment.version)
-        if definition is None:
-            error = run_error(
-                RunErrorCode.WORKFLOW_ERROR,
-                f"workflow {assignment.workflow!r} version {assignment.version!r} is not "
-                f"registered in app {self._app_ref!r} as loaded by this worker; deploy a "
-                "worker that has it, or pin the run to a loaded version",
-                type="WorkflowNotLoaded",
-                traceback="",
-            )
-            self._outbox.append(("finished", run_id, "failed", None, error))
-            return
-        ctx = RunContext(
-            run_id,
-            assignment.attempt,
-            assignment.origin,
-            cancel_event,
-            traceparent=assignment.traceparent,
-        )
-        self._outbox.append(("started", run_id, time.time(), time.monotonic()))
-        self._flush()
-        state: OutcomeState
-        result_json: str | None = None
-        error_info: dict[str, Any] | None = None
-        try:
-            result = definition.invoke(assignment.payload, ctx)
-        except Canceled as exc:
-            state = "canceled"
-            error_info = run_error(
-                RunErrorCode.CANCELED, _cap(str(exc), _MAX_MESSAGE_CHARS) or "canceled"
-            )
-        except InputRejected as exc:  # refused before the body began; quotes no input
-            state = "failed"
-            error_info = run_error(RunErrorCode.INPUT_REJECTED, _cap(str(exc), _MAX_MESSAGE_CHARS))
-        except BaseException as exc:  # SystemExit too: a body must not end the slot
-            state = "failed"
-            error_info = run_error(
-                RunErrorCode.WORKFLOW_ERROR,
-                _cap(_safe_str(exc), _MAX_MESSAGE_CHARS),
-                type=type(exc).__name__,
-                traceback=_cap(traceback.format_exc(), _MAX_TRACEBACK_CHARS),
-            )
-        else:
-            try:
-                result_json = json.dumps(result, allow_nan=False)
-                state = "completed"
-            except (TypeError, ValueError, RecursionError) as exc:
-                state = "failed"
-                error_info = run_error(
-                    RunErrorCode.WORKFLOW_ERROR,
-                    f"workflow {assignment.workflow!r} version {assignment.version!r} "
-                    f"returned a result that is not JSON-serializable "
-                    f"({type(result).__name__}): {exc}; return JSON-ready data "
-                    "(dict, list, str, int, float, bool, None) or a pydantic model",
-                    type="ResultNotSerializable",
-                    traceback="",
-                )
-        self._outbox.append(("finished", run_id, state, result_json, error_info))
-
-
-def _safe_str(exc: BaseException) -> str:
-    try:
-        return str(exc)
-    except Exception:
-        return f"<unprintable {type(exc).__name__}>"
-
-
-def _cap(text: str, limit: int) -> str:
-    if len(text) <= limit:
-        return text
-    return "...(truncated)...\n" + text[-limit:]
-
-
-# --------------------------------------------------------------------------------------
-# Parent side
-# --------------------------------------------------------------------------------------
 
 
 @dataclass(eq=False)
@@ -342,7 +83,7 @@ class _Child:
     conn: Connection
     pid: int
     sentinel: int
-    shared: _SharedSlot
+    shared: SharedSlot
     send_lock: threading.Lock = field(default_factory=threading.Lock)
     ready: bool = False  # app imported, accepting assignments
     dying: bool = False  # killed by the pool; its last run's words are ignored
@@ -643,9 +384,9 @@ class SlotPool:
 
     def _spawn(self, index: int) -> _Child:
         parent_conn, child_conn = self._ctx.Pipe(duplex=True)
-        shared = _SharedSlot(self._ctx.Lock(), self._ctx.RawArray("q", 2))
+        shared = SharedSlot(self._ctx.Lock(), self._ctx.RawArray("q", 2))
         process = self._ctx.Process(
-            target=_child_main,
+            target=child_main,
             args=(child_conn, self._app_ref, shared),
             name=f"punctual-slot-{index}",
         )
@@ -796,7 +537,7 @@ class SlotPool:
                 )
                 self._kill(child)
                 child.process.join(_TRANSITION_LOCK_TIMEOUT_SECONDS)
-            begun = int(child.shared.state[_BEGUN])
+            begun = int(child.shared.state[BEGUN])
             fate: _Fate = "finished"
             revoke = target is None
             if target is not None and target.seq > begun:
@@ -807,7 +548,7 @@ class SlotPool:
                     self._kill(child)
             if revoke:  # even when killed: it can begin nothing queued, whatever happens
                 child.epoch += 1
-                child.shared.state[_EPOCH] = child.epoch
+                child.shared.state[EPOCH] = child.epoch
         finally:
             if locked and not child.exited:
                 lock.release()
@@ -952,7 +693,7 @@ class SlotPool:
                 # Whatever it wrote is read: a body that began is the one that died with
                 # it (or, for a child the pool killed, one it could not be asked about);
                 # the rest never began and go back.
-                begun = int(child.shared.state[_BEGUN])
+                begun = int(child.shared.state[BEGUN])
                 for active in list(child.active.values()):
                     self._finalize(child, active)
                     if active.seq <= begun:
@@ -1068,6 +809,9 @@ class SlotPool:
         return next((s for s in self._slots if s.child is child), None)
 
 
+_TEMPORAL_MODULES = ("punctual.adapters.engines.temporal", "punctual.worker.temporal")
+
+
 def _preload() -> list[str]:
     """Modules for the fork server to import once, for every slot child.
 
@@ -1081,9 +825,9 @@ def _preload() -> list[str]:
         name
         for name in sys.modules
         if (name == "punctual" or name.startswith("punctual."))
-        and not name.startswith("punctual.adapters.engines.temporal")
+        and not name.startswith(_TEMPORAL_MODULES)
     ]
-    return ["__main__", __name__, *sorted(loaded)]
+    return ["__main__", child_main.__module__, *sorted(loaded)]
 
 
 def _died(assignment: Assignment, exit_code: int | None) -> Outcome:

@@ -45,7 +45,6 @@ from typing import Any
 from temporalio import activity
 from temporalio.exceptions import ApplicationError, ApplicationErrorCategory
 
-from punctual.adapters.engines.local.executor import Assignment, Outcome, SlotPool
 from punctual.adapters.engines.temporal.ledger import RunLedger, unstorable_error
 from punctual.adapters.engines.temporal.messages import (
     ACTIVITY_TYPE,
@@ -53,6 +52,7 @@ from punctual.adapters.engines.temporal.messages import (
     RunArgs,
     coded_error,
 )
+from punctual.adapters.executor import Assignment, Outcome, SlotPool
 from punctual.domain.runs import RunErrorCode, RunState, run_error
 from punctual.errors import ConfigurationError, Unavailable
 from punctual.ports.codec import InputKeyUnknown, InputUndecryptable
