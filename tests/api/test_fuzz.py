@@ -36,7 +36,6 @@ import os
 import secrets
 from collections.abc import Iterator
 from dataclasses import dataclass, field
-from datetime import UTC, datetime, timedelta
 from typing import Any
 
 import pytest
@@ -96,10 +95,6 @@ class Target:
         return False
 
 
-def _seconds_ago(seconds: float) -> str:
-    return (datetime.now(UTC) - timedelta(seconds=seconds)).isoformat()
-
-
 @pytest.fixture
 def target(system: bootstrap.Punctual) -> Iterator[Target]:
     register_demo(system)
@@ -122,7 +117,7 @@ def target(system: bootstrap.Punctual) -> Iterator[Target]:
         )
         start = api.post("/scheduled-starts", echo_start())
         live_worker(system)
-        due = api.post("/scheduled-starts", echo_start(start_at=_seconds_ago(1)))
+        due = api.create_due(echo_start())
         for response in (alice, token, schedule, start, due):
             assert response.status_code == 201, response.text
         dispatch_due(system.services, "runner-fuzz", 10)

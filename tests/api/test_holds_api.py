@@ -10,7 +10,6 @@ import asyncio
 import typing
 from collections.abc import Iterator
 from dataclasses import dataclass
-from datetime import UTC, datetime, timedelta
 from pathlib import Path
 from typing import Any
 
@@ -85,8 +84,7 @@ def schedule_of(api: Api, name: str = "nightly") -> str:
 
 def run_of(system: bootstrap.Punctual, api: Api) -> str:
     """A run: a start due now, dispatched by one runner pass."""
-    due = (datetime.now(UTC) - timedelta(seconds=1)).isoformat()
-    start_id = created(api.post("/scheduled-starts", echo_start(due, business_request_id="due")))
+    start_id = created(api.create_due(echo_start(business_request_id="due")))
     assert dispatch_due(system.services, "runner-holds", 10).dispatched
     dispatched = api.get(f"/scheduled-starts/{start_id['id']}").json()
     return str(dispatched["dispatch"]["run_id"])

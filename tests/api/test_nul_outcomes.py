@@ -9,7 +9,6 @@ key replays the same body, byte for byte, NUL included, instead of a 500 on ever
 from __future__ import annotations
 
 from collections.abc import Iterator
-from datetime import timedelta
 from typing import Any
 
 import pytest
@@ -40,8 +39,7 @@ def finished_run(
     error: dict[str, Any] | None = None,
 ) -> str:
     """A run of a start due now, ended by its worker with ``result`` or ``error``."""
-    due = (system.services.clock.now() - timedelta(seconds=1)).isoformat()
-    start = api.post("/scheduled-starts", echo_start(due, business_request_id=request_id))
+    start = api.create_due(echo_start(business_request_id=request_id))
     assert start.status_code == 201, start.text
     dispatch_due(system.services, "runner", 10)
     run_id: str = api.get(f"/scheduled-starts/{start.json()['id']}").json()["dispatch"]["run_id"]

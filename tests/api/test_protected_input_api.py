@@ -54,10 +54,6 @@ def alice(system: bootstrap.Punctual, client: TestClient) -> Api:
     return member_api(system, client, "acme", "alice", Role.MEMBER)
 
 
-def ago(seconds: float) -> str:
-    return future(-seconds)
-
-
 def error_of(response: Any, status: int, code: str) -> dict[str, Any]:
     assert response.status_code == status, response.text
     error = response.json()["error"]
@@ -72,11 +68,7 @@ def assert_secrets_absent(where: str, text: str) -> None:
 
 
 def patch(api: Api, schedule_id: str, body: dict[str, Any], key: str | None = None) -> Any:
-    return api.client.patch(
-        api.path(f"/schedules/{schedule_id}"),
-        headers=api.headers(key or secrets.token_hex(8)),
-        json=body,
-    )
+    return api.patch(f"/schedules/{schedule_id}", body, key=key)
 
 
 def schedule_body(workflow: str = "echo", payload: Any = None, **extra: Any) -> dict[str, Any]:
@@ -152,9 +144,9 @@ def test_input_rejected_at_dispatch_quotes_neither_a_value_nor_an_unknown_key(
     system: bootstrap.Punctual, alice: Api
 ) -> None:
     _register_vault(system)
-    body = {**echo_start(start_at=ago(1)), "workflow": "vault"}
+    body = {**echo_start(), "workflow": "vault"}
     body["input"] = {"code": SECRET_VALUE, SECRET_KEY: 1}
-    created = alice.post("/scheduled-starts", body)
+    created = alice.create_due(body)
     assert created.status_code == 201, created.text
     start_id = created.json()["id"]
     set_lifecycle(system.services, "vault", "2", DefinitionState.ACTIVE)

@@ -2,8 +2,6 @@
 
 from __future__ import annotations
 
-from datetime import timedelta
-
 from punctual import bootstrap
 from punctual.usecases.dispatch import dispatch_due
 from tests.support.api import echo_start, in_process, live_worker, member_api
@@ -32,10 +30,9 @@ def test_a_run_shows_every_contract_field_and_its_starts_traceparent(
     system: bootstrap.Punctual,
 ) -> None:
     live_worker(system)
-    due = (system.services.clock.now() - timedelta(seconds=1)).isoformat()
     with in_process(system) as client:
         api = member_api(system, client)
-        start = api.post("/scheduled-starts", echo_start(due, traceparent=TRACEPARENT)).json()
+        start = api.create_due(echo_start(traceparent=TRACEPARENT)).json()
         dispatch_due(system.services, "runner", 10)
         run_id = api.get(f"/scheduled-starts/{start['id']}").json()["dispatch"]["run_id"]
         run = api.get(f"/runs/{run_id}").json()

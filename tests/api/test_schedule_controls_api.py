@@ -9,8 +9,6 @@ answer is parsed by its model in ``punctual.resources`` with no field left undec
 from __future__ import annotations
 
 import asyncio
-import secrets
-import time
 from collections.abc import Iterator
 from datetime import UTC, datetime, timedelta
 from typing import Any
@@ -59,21 +57,11 @@ def code_of(response: httpx.Response) -> str:
 
 
 def put(api: Api, name: str, body: Any, key: str | None = None, **params: Any) -> httpx.Response:
-    """A PUT by name, resent with its key while it answers ``202 in_progress`` (a loaded
-    machine can outlast the bounded wait), as API.md tells clients to; bounded."""
-    headers = api.headers(key or secrets.token_hex(8))
-    path = api.path(f"/schedules/by-name/{quote(name, safe='')}")
-    deadline = time.monotonic() + DECIDED_WITHIN_SECONDS
-    response = api.client.put(path, headers=headers, json=body, params=params)
-    while response.status_code == 202 and time.monotonic() < deadline:
-        time.sleep(0.2)
-        response = api.client.put(path, headers=headers, json=body, params=params)
-    return response
+    return api.put(f"/schedules/by-name/{quote(name, safe='')}", body, key=key, **params)
 
 
 def patch(api: Api, suffix: str, body: Any) -> httpx.Response:
-    headers = api.headers(secrets.token_hex(8))
-    return api.client.patch(api.path(suffix), headers=headers, json=body)
+    return api.patch(suffix, body)
 
 
 @pytest.fixture

@@ -10,7 +10,6 @@ from __future__ import annotations
 
 import itertools
 import re
-import secrets
 from collections.abc import Iterator
 from datetime import UTC, datetime, timedelta
 from pathlib import Path
@@ -182,11 +181,7 @@ def create(api: Api, body: dict[str, Any]) -> dict[str, Any]:
 
 
 def patch(api: Api, schedule_id: str, body: dict[str, Any]) -> Response:
-    return api.client.patch(
-        api.path(f"/schedules/{schedule_id}"),
-        headers=api.headers(secrets.token_hex(8)),
-        json=body,
-    )
+    return api.patch(f"/schedules/{schedule_id}", body)
 
 
 def get(api: Api, schedule_id: str) -> dict[str, Any]:

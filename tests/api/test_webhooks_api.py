@@ -12,7 +12,6 @@ from __future__ import annotations
 import hashlib
 import hmac
 import json
-import secrets
 import threading
 from collections.abc import Iterator
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
@@ -148,11 +147,7 @@ def error_of(response: Response, status: int, code: str) -> dict[str, Any]:
 
 
 def patch(api: Api, webhook_id: str, body: Any, *, key: str | None = None) -> Response:
-    return api.client.patch(
-        api.path(f"/webhooks/{webhook_id}"),
-        headers=api.headers(key or secrets.token_hex(8)),
-        json=body,
-    )
+    return api.patch(f"/webhooks/{webhook_id}", body, key=key)
 
 
 def create(api: Api, url: str, **fields: Any) -> dict[str, Any]:

@@ -203,6 +203,28 @@ def executions_of(address: str, run_ids: Iterable[str]) -> dict[str, list[Any]]:
         time.sleep(0.2)
 
 
+def closing_failure_types(address: str, executions: Iterable[Any]) -> dict[str, str]:
+    """Per execution (by its Temporal run id), the application failure type it failed
+    with, from its history's closing event; ``""`` for one that did not fail so."""
+    from temporalio.client import Client
+
+    async def main() -> dict[str, str]:
+        client = await Client.connect(address, namespace=NAMESPACE)
+
+        async def failure_type(execution: Any) -> tuple[str, str]:
+            handle = client.get_workflow_handle(execution.id, run_id=execution.run_id)
+            history = await handle.fetch_history()
+            last = history.events[-1]
+            if not last.HasField("workflow_execution_failed_event_attributes"):
+                return execution.run_id, ""
+            failure = last.workflow_execution_failed_event_attributes.failure
+            return execution.run_id, failure.application_failure_info.type
+
+        return dict(await asyncio.gather(*(failure_type(e) for e in executions)))
+
+    return asyncio.run(main())
+
+
 def started_in_temporal(address: str, run_ids: Iterable[str]) -> set[str]:
     """The run ids that Temporal has an execution for (any status), by describe."""
     from temporalio.client import Client

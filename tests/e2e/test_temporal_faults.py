@@ -21,6 +21,7 @@ from pathlib import Path
 
 import pytest
 
+from punctual.adapters.engines.temporal.messages import FailureType
 from tests.e2e.harness import (
     Creator,
     Facts,
@@ -34,6 +35,7 @@ from tests.e2e.harness import (
 from tests.e2e.temporal_harness import (
     RestartableTemporal,
     TemporalProcesses,
+    closing_failure_types,
     executions_of,
     started_in_temporal,
 )
@@ -57,15 +59,28 @@ def charged(facts: Facts) -> list[str]:
 
 
 def execution_problems(address: str, facts: Facts) -> list[str]:
-    """Every run id without exactly one execution, or whose execution did not complete."""
+    """Every run id without exactly one completed execution, or with another execution
+    that could have run the body. An execution started for a dispatch that a fault kept
+    from recording the run waits for the record, gives up ``NotRecorded`` without running
+    the body, and the re-dispatch starts a new one: that leftover is the designed path
+    (the engine's ``_id_policies``), any other one is not."""
     run_ids = [s.run_id for s in facts.starts.values()]
     problems: list[str] = []
     for run_id, found in sorted(executions_of(address, run_ids).items()):
+        completed = [e for e in found if e.status.name == "COMPLETED"]
+        others = [e for e in found if e.status.name != "COMPLETED"]
         statuses = [e.status.name for e in found]
-        if statuses != ["COMPLETED"]:
+        if len(completed) != 1:
             problems.append(f"run {run_id}: executions {statuses}, expected one COMPLETED")
-        elif found[0].workflow_type != "punctual.run":
-            problems.append(f"run {run_id}: workflow type {found[0].workflow_type}")
+            continue
+        if completed[0].workflow_type != "punctual.run":
+            problems.append(f"run {run_id}: workflow type {completed[0].workflow_type}")
+        failures = closing_failure_types(address, others)
+        ran = [e.run_id for e in others if failures[e.run_id] != FailureType.NOT_RECORDED]
+        if ran:
+            problems.append(
+                f"run {run_id}: executions {statuses}; not a NotRecorded leftover: {ran}"
+            )
     return problems
 
 

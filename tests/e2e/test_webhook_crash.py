@@ -319,9 +319,11 @@ def test_every_event_arrives_after_a_kill_mid_delivery_and_a_receiver_outage(
         procs.restart(serving)
         wait_serving(procs, serving, api)
         # The killed attempt was never recorded: the delivery still waits, leased to the
-        # dead process, with no attempt counted.
+        # dead process, with no attempt counted; or, when the restart took longer than the
+        # lease (a loaded machine), it was sent again and that one attempt is all it counts.
         held = deliveries_of(api, webhook["id"])["regression"]
-        assert (held["status"], held["attempts"], held["delivered_at"]) == ("pending", 0, None)
+        assert (held["status"], held["attempts"]) in (("pending", 0), ("delivered", 1)), held
+        assert (held["delivered_at"] is None) == (held["status"] == "pending"), held
 
         current = api.get(f"/schedules/{schedule['id']}")
         api.send("POST", f"/schedules/{schedule['id']}/pause", {"version": current["version"]}, 200)

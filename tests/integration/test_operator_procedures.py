@@ -15,16 +15,12 @@ from punctual.usecases.dispatch import dispatch_due
 from tests.support.api import echo_start, in_process, live_worker, member_api
 
 
-def _ago(system: bootstrap.Punctual, seconds: float) -> str:
-    return (system.services.clock.now() - timedelta(seconds=seconds)).isoformat()
-
-
 def test_replacing_a_failed_start(system: bootstrap.Punctual) -> None:
     """A failed start degrades health until acknowledged; the fix is a new start."""
     live_worker(system)
     with in_process(system) as client:
         api = member_api(system, client, role=Role.ADMIN)
-        failed = api.post("/scheduled-starts", echo_start(start_at=_ago(system, 2))).json()
+        failed = api.create_due(echo_start()).json()
         # The cause: the workflow lost its active version before the start came due.
         set_lifecycle(system.services, "echo", "1", DefinitionState.DEPRECATED)
         dispatch_due(system.services, "runner", 10)
@@ -40,7 +36,7 @@ def test_replacing_a_failed_start(system: bootstrap.Punctual) -> None:
 
         # Step 2: fix the cause. Step 3: a new start (new key) for the same business request.
         set_lifecycle(system.services, "echo", "1", DefinitionState.ACTIVE)
-        replacement = api.post("/scheduled-starts", echo_start(start_at=_ago(system, 2))).json()
+        replacement = api.create_due(echo_start()).json()
         dispatch_due(system.services, "runner", 10)
         assert api.get(f"/scheduled-starts/{replacement['id']}").json()["state"] == "dispatched"
         assert api.get(f"/scheduled-starts/{failed['id']}").json()["state"] == "failed"
@@ -58,7 +54,7 @@ def test_recovering_a_stalled_dispatch(system: bootstrap.Punctual) -> None:
     live_worker(system)
     with in_process(system) as client:
         api = member_api(system, client)
-        start = api.post("/scheduled-starts", echo_start(start_at=_ago(system, 2))).json()
+        start = api.create_due(echo_start()).json()
         now = system.services.clock.now()
         with system.store.transaction() as tx:
             [claim] = tx.starts.claim_due(now, 10, "runner-that-died", 30)

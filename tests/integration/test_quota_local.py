@@ -214,8 +214,7 @@ def test_canceled_and_dispatched_starts_free_quota(
         api = member_api(system, client)
         later = create(api)
         assert later.status_code == 201, later.text
-        due_now = (datetime.now(UTC) - timedelta(seconds=1)).isoformat()
-        soon = create(api, start_at=due_now)
+        soon = api.create_due(echo_start(business_request_id="quota-soon"))
         assert soon.status_code == 201, soon.text
         assert_quota_exceeded(create(api), limit=2, count=2)
 
@@ -248,8 +247,7 @@ def test_failed_starts_free_quota(limited: Callable[..., bootstrap.Punctual]) ->
     live_worker(system)
     with in_process(system) as client:
         api = member_api(system, client)
-        due_now = (datetime.now(UTC) - timedelta(seconds=1)).isoformat()
-        doomed = create(api, start_at=due_now)
+        doomed = api.create_due(echo_start(business_request_id="quota-doomed"))
         assert doomed.status_code == 201
         assert_quota_exceeded(create(api), limit=1, count=1)
         set_lifecycle(system.services, "echo", "1", DefinitionState.DEPRECATED)

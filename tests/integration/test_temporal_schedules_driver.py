@@ -89,7 +89,7 @@ def api(system: bootstrap.Punctual) -> Iterator[Api]:
 def send(api: Api, body: dict[str, Any], key: str) -> Any:
     """A create, resent with its key while it answers 202: the saga's two steps can outlast
     the bounded wait on a loaded machine."""
-    return api.post_decided("/schedules", body, key=key, timeout=WAIT_SECONDS)
+    return api.post("/schedules", body, key=key)
 
 
 def create(api: Api, body: dict[str, Any], key: str | None = None) -> dict[str, Any]:

@@ -7,7 +7,6 @@ API with a W3C ``traceparent``, and the body returns ``RunContext.traceparent``.
 from __future__ import annotations
 
 from collections.abc import Iterator
-from datetime import UTC, datetime, timedelta
 from pathlib import Path
 from typing import Any
 
@@ -46,12 +45,11 @@ def start_traced(api: Api, request_id: str, traceparent: str | None) -> dict[str
         "workflow": "traced",
         "input": {},
         "business_request_id": request_id,
-        "start_at": (datetime.now(UTC) - timedelta(seconds=1)).isoformat(),
         "workload_class": "standard",
     }
     if traceparent is not None:
         body["traceparent"] = traceparent
-    response = api.post_decided("/scheduled-starts", body)
+    response = api.create_due(body)
     assert response.status_code == 201, response.text
     start: dict[str, Any] = response.json()
     return start

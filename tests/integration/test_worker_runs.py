@@ -50,16 +50,11 @@ def settings_for_worker(database_url: str, tmp_path: Path) -> Any:
 
 
 def start_now(api: Api, workflow: str, payload: Any) -> dict[str, Any]:
-    from datetime import UTC, datetime
-
-    start_at = (datetime.now(UTC) - timedelta(seconds=1)).isoformat()
-    response = api.post(
-        "/scheduled-starts",
+    response = api.create_due(
         {
             "workflow": workflow,
             "input": payload,
             "business_request_id": f"test-{workflow}",
-            "start_at": start_at,
             "workload_class": "standard",
         },
     )

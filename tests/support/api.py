@@ -16,9 +16,15 @@ from punctual import bootstrap
 from punctual.domain.permissions import Principal, Role
 from punctual.usecases import identity
 
+UNDECIDED = {"status": "in_progress"}
+DECIDED_WITHIN_SECONDS = 60.0
+
 
 class Api:
-    """Requests as one principal; ``key=None`` on a mutation sends a fresh random key."""
+    """Requests as one principal. A mutation without ``key`` gets a fresh random key, and
+    one answered ``202 in_progress`` is resent with its key until it is decided (bounded),
+    as API.md tells clients to: a loaded machine can outlast the bounded wait. A test of
+    the bounded wait itself sends with ``once=True``."""
 
     def __init__(self, client: TestClient | httpx.Client, token: str, tenant: str) -> None:
         self.client = client
@@ -38,32 +44,77 @@ class Api:
         return self.client.get(self.path(suffix), headers=self.headers(), params=params)
 
     def post(
-        self, suffix: str, body: Any = None, *, key: str | None = None, **params: Any
+        self,
+        suffix: str,
+        body: Any = None,
+        *,
+        key: str | None = None,
+        once: bool = False,
+        **params: Any,
     ) -> httpx.Response:
-        return self.client.post(
-            self.path(suffix),
-            headers=self.headers(key or secrets.token_hex(8)),
-            json=body,
-            params=params,
-        )
+        return self.send("POST", suffix, body, key=key, once=once, params=params)
 
-    def post_decided(
-        self, suffix: str, body: Any, *, key: str | None = None, timeout: float = 40.0
+    def put(
+        self, suffix: str, body: Any, *, key: str | None = None, **params: Any
     ) -> httpx.Response:
-        """A mutation resent with its key while it answers ``202 in_progress`` (a loaded
-        machine can outlast the bounded wait), as API.md tells clients to; bounded."""
-        key = key or secrets.token_hex(8)
-        deadline = time.monotonic() + timeout
-        response = self.post(suffix, body, key=key)
-        while response.status_code == 202 and time.monotonic() < deadline:
-            time.sleep(0.2)
-            response = self.post(suffix, body, key=key)
-        return response
+        return self.send("PUT", suffix, body, key=key, params=params)
+
+    def patch(
+        self, suffix: str, body: Any, *, key: str | None = None, **params: Any
+    ) -> httpx.Response:
+        return self.send("PATCH", suffix, body, key=key, params=params)
 
     def delete(self, suffix: str, *, key: str | None = None, **params: Any) -> httpx.Response:
-        return self.client.delete(
-            self.path(suffix), headers=self.headers(key or secrets.token_hex(8)), params=params
-        )
+        return self.send("DELETE", suffix, None, key=key, params=params)
+
+    def create_due(self, body: dict[str, Any]) -> httpx.Response:
+        """Create a start due at once: ``start_at`` is the test's now. A loaded machine can
+        delay the request past the allowed clock skew; the server then refuses it with
+        ``start_at_in_past`` and stores nothing, so it is sent again with a new now and a
+        new key (bounded), as a client scheduling "now" would."""
+        deadline = time.monotonic() + DECIDED_WITHIN_SECONDS
+        while True:
+            now = datetime.now(UTC).isoformat().replace("+00:00", "Z")
+            response = self.post("/scheduled-starts", {**body, "start_at": now})
+            if not _refused_as_past(response) or time.monotonic() >= deadline:
+                return response
+
+    def send(
+        self,
+        method: str,
+        suffix: str,
+        body: Any,
+        *,
+        key: str | None = None,
+        once: bool = False,
+        params: dict[str, Any] | None = None,
+    ) -> httpx.Response:
+        """One mutation, resent with the same key while it is undecided (unless ``once``)."""
+        headers = self.headers(key or secrets.token_hex(8))
+        path = self.path(suffix)
+        deadline = time.monotonic() + DECIDED_WITHIN_SECONDS
+        while True:
+            response = self.client.request(method, path, headers=headers, json=body, params=params)
+            if once or not undecided(response) or time.monotonic() >= deadline:
+                return response
+            time.sleep(0.2)
+
+
+def _refused_as_past(response: httpx.Response) -> bool:
+    if response.status_code != 422:
+        return False
+    error = response.json().get("error", {})
+    return bool(error.get("code") == "start_at_in_past")
+
+
+def undecided(response: httpx.Response) -> bool:
+    """``202 in_progress``: the mutation carries on and its key will say how it ended."""
+    if response.status_code != 202:
+        return False
+    try:
+        return bool(response.json() == UNDECIDED)
+    except ValueError:
+        return False
 
 
 def member_api(
