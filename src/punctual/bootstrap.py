@@ -38,7 +38,7 @@ from punctual.ports.clock import Clock
 from punctual.ports.doorbell import Doorbell
 from punctual.ports.engine import Engine
 from punctual.ports.quota import QuotaController
-from punctual.ports.store import Tx
+from punctual.ports.store import Store, Tx
 from punctual.runner.deliverer import Deliverer
 from punctual.runner.keys import KeyWatch
 from punctual.runner.loop import Runner, RunnerOptions
@@ -162,6 +162,29 @@ def prepare_schema(settings: Settings, store: SqlStore) -> None:
         log.info("event=schema_created database=%s", store.engine.url.database)
         return
     migrate.check_current(store)
+
+
+@contextmanager
+def current_store(settings: Settings) -> Iterator[Store]:
+    """The store alone, reachable and at this version's schema, for the host commands that
+    need no key ring (key activation, checks, retirement)."""
+    store = SqlStore(settings.database_url)
+    try:
+        store.check_connection()
+        migrate.check_current(store)
+        yield store
+    finally:
+        store.dispose()
+
+
+def upgrade_schema(settings: Settings) -> tuple[str | None, str]:
+    """Migrate the database to this version's schema: ``(before, after)`` revisions."""
+    store = SqlStore(settings.database_url)
+    try:
+        store.check_connection()
+        return migrate.upgrade(store)
+    finally:
+        store.dispose()
 
 
 def build_codec(settings: Settings) -> KeyRingCodec:
@@ -289,7 +312,7 @@ class Punctual:
         shared = token is not None and self.settings.internal_listen is None
         return create_app(
             edge,
-            self.metrics,
+            self.metrics.registry,
             max_body_bytes=self.settings.max_body_bytes,
             internal_token=token.get_secret_value() if shared and token is not None else None,
         )

@@ -31,7 +31,7 @@ from punctual.settings import Settings, load_settings
 from punctual.usecases import keys
 
 if TYPE_CHECKING:
-    from punctual.adapters.stores.sql.store import SqlStore
+    from punctual.ports.store import Store
 
 keys_app = typer.Typer(
     help="Codec keys: create, activate, check, rewrap, retire.", no_args_is_help=True
@@ -64,18 +64,12 @@ def _emit(data: Any, as_json: bool, human: str) -> None:
 
 
 @contextmanager
-def _store(settings: Settings) -> Iterator[SqlStore]:
+def _store(settings: Settings) -> Iterator[Store]:
     """The store alone, at the current schema: activation and checks need no key ring."""
-    from punctual.adapters.stores.sql import migrate
-    from punctual.adapters.stores.sql.store import SqlStore
+    from punctual import bootstrap
 
-    store = SqlStore(settings.database_url)
-    try:
-        store.check_connection()
-        migrate.check_current(store)
+    with bootstrap.current_store(settings) as store:
         yield store
-    finally:
-        store.dispose()
 
 
 @keys_app.command("create")

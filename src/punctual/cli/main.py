@@ -300,15 +300,9 @@ def worker(
 def db_upgrade(config: ConfigOpt = None, database_url: DbOpt = None) -> None:
     """Migrate the database to this version's schema."""
     settings = _settings(config, database_url)
-    from punctual.adapters.stores.sql import migrate
-    from punctual.adapters.stores.sql.store import SqlStore
+    from punctual import bootstrap
 
-    store = SqlStore(settings.database_url)
-    try:
-        store.check_connection()
-        before, after = migrate.upgrade(store)
-    finally:
-        store.dispose()
+    before, after = bootstrap.upgrade_schema(settings)
     typer.echo(f"schema: {before or 'empty'} -> {after}")
 
 

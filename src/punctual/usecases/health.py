@@ -28,6 +28,20 @@ _NO_COUNTS = {"skipped_count": 0, "missed_count": 0, "failed_count": 0}
 STALL_GRACE = timedelta(seconds=60)
 
 
+def host_finding_ids(services: Services) -> set[str]:
+    """The ids of the current host-wide findings (an engine outage): they appear in every
+    tenant's report, but no tenant acknowledges them."""
+    with services.store.transaction(readonly=True) as tx:
+        return {f.id for f in tx.findings.latest(HOST, FINDING_LIST_LIMIT)}
+
+
+def store_ready(services: Services) -> None:
+    """Reach the store with one read (the readiness probe); raises whatever reaching it
+    raised."""
+    with services.store.transaction(readonly=True) as tx:
+        tx.identity.tenant_exists("default")
+
+
 def report(services: Services, principal: Principal) -> dict[str, Any]:
     now = services.clock.now()
     engine_up = services.engine.available()

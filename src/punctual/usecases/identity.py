@@ -43,11 +43,16 @@ def authenticate(services: Services, token: str | None) -> Principal:
     """
     if not token:
         raise Unauthenticated("send 'Authorization: Bearer <token>'")
-    with services.store.transaction(readonly=True) as tx:
-        principal = tx.identity.principal_for_digest(digest(token), services.clock.now())
+    principal = principal_of_digest(services, digest(token), services.clock.now())
     if principal is None:
         raise Unauthenticated("the token is unknown, revoked or expired")
     return principal
+
+
+def principal_of_digest(services: Services, token_digest: str, now: datetime) -> Principal | None:
+    """The principal of a live token by its digest (a page session holds only the digest)."""
+    with services.store.transaction(readonly=True) as tx:
+        return tx.identity.principal_for_digest(token_digest, now)
 
 
 @dataclass(frozen=True)

@@ -27,13 +27,14 @@ from punctual.domain.starts import (
     check_mutable,
     validate_new_start_at,
 )
-from punctual.errors import InvalidRequest, NotFound, PunctualError, not_found
+from punctual.errors import InvalidRequest, PunctualError, not_found
 from punctual.ports.records import NewStart, StartFilter
 from punctual.ports.store import Tx
 from punctual.usecases.admission import admit_input_and_class
 from punctual.usecases.context import Services
 from punctual.usecases.definitions import input_problems, require_active
 from punctual.usecases.idempotency import BatchMutation, Mutation, Outcome
+from punctual.usecases.mutations import check_tenant
 from punctual.usecases.paging import check_choice, check_limit, decode_cursor, page
 from punctual.usecases.projections import start_view
 
@@ -114,7 +115,7 @@ def create_many(
             cmd = commands[index]
             try:
                 if tenant is not None:
-                    check_tenant_of(principal, tenant)
+                    check_tenant(principal, tenant)
                 if isinstance(cmd, PunctualError):
                     raise cmd
                 _validate(services, tx, principal, cmd, now, definitions)
@@ -144,12 +145,6 @@ def create_many(
         return decided
 
     return mutation
-
-
-def check_tenant_of(principal: Principal, tenant: str) -> None:
-    """Another tenant's resources do not exist for this principal (SEC-2)."""
-    if principal.tenant != tenant:
-        raise NotFound(f"tenant {tenant} does not exist")
 
 
 def _validate(

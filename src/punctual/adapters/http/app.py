@@ -7,7 +7,7 @@ from typing import Any
 
 from fastapi import FastAPI, Request
 from fastapi.responses import JSONResponse, Response
-from prometheus_client import CONTENT_TYPE_LATEST, generate_latest
+from prometheus_client import CONTENT_TYPE_LATEST, CollectorRegistry, generate_latest
 from starlette.types import ASGIApp, Receive, Scope, Send
 
 import punctual
@@ -24,8 +24,8 @@ from punctual.adapters.http.routes import (
     webhooks,
 )
 from punctual.adapters.http.schemas import Refusals, answers, openapi_document, operation_id
-from punctual.adapters.observability import Metrics
 from punctual.resources import Liveness, Readiness
+from punctual.usecases import health
 
 
 class BodyLimit:
@@ -80,7 +80,7 @@ _STORE_DOWN: Refusals = {503: ("store_unavailable",)}
 
 def create_app(
     edge: Edge,
-    metrics: Metrics,
+    metrics: CollectorRegistry,
     *,
     max_body_bytes: int = 1_048_576,
     internal_token: str | None = None,
@@ -121,8 +121,7 @@ def create_app(
     def readyz(request: Request) -> Response:
         """The process can reach its store."""
         try:
-            with edge.services.store.transaction(readonly=True) as tx:
-                tx.identity.tenant_exists("default")
+            health.store_ready(edge.services)
         except Exception as exc:
             # Anyone may call the probe: the detail (URL, host, driver text) goes to the log.
             errors.log.warning("event=readiness_failed detail=%s", exc)
@@ -144,7 +143,7 @@ def create_app(
         },
     )
     def prometheus_metrics() -> Response:
-        return Response(generate_latest(metrics.registry), media_type=CONTENT_TYPE_LATEST)
+        return Response(generate_latest(metrics), media_type=CONTENT_TYPE_LATEST)
 
     app.add_middleware(BodyLimit, max_bytes=max_body_bytes)
     # Installed last, so its security headers wrap every /ui answer, the body limit's 413s too.

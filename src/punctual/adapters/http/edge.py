@@ -13,6 +13,7 @@ import json
 import logging
 from collections.abc import Callable, Iterable
 from dataclasses import dataclass
+from functools import partial
 from typing import Any, TypeVar
 
 from fastapi import Request
@@ -22,8 +23,7 @@ from pydantic import BaseModel, ValidationError
 from punctual.adapters.http.errors import body_for, envelope, response_for, status_for
 from punctual.domain.permissions import Principal
 from punctual.domain.starts import HOST_OWNED_FIELDS
-from punctual.errors import BadRequest, InvalidRequest, NotFound, PunctualError
-from punctual.ports.store import Tx
+from punctual.errors import BadRequest, InvalidRequest, PunctualError
 from punctual.usecases import audit, identity
 from punctual.usecases.audit import AuditedRequest
 from punctual.usecases.context import Services
@@ -34,6 +34,7 @@ from punctual.usecases.idempotency import (
     Outcome,
     RecordedError,
 )
+from punctual.usecases.mutations import Subject, check_tenant, in_order
 from punctual.usecases.paging import BIGINT_MAX
 
 log = logging.getLogger("punctual.http")
@@ -149,12 +150,6 @@ def _nul_error(location: str, loc: list[str]) -> InvalidRequest:
         "store; details.errors names it",
         errors=[{"loc": loc, "msg": "contains U+0000", "type": "string_unstorable"}],
     )
-
-
-def check_tenant(principal: Principal, tenant: str) -> None:
-    """Another tenant's resources do not exist for this principal (SEC-2)."""
-    if principal.tenant != tenant:
-        raise NotFound(f"tenant {tenant} does not exist")
 
 
 def idempotency_key(request: Request) -> str:
@@ -367,25 +362,24 @@ def json_response(outcome: Outcome) -> Response:
     return JSONResponse(outcome.body, status_code=outcome.status)
 
 
-def run_mutation(
+def mutate(
     edge: Edge,
     request: Request,
     raw_body: bytes,
     tenant: str,
-    build: Callable[[Principal], Mutation],
+    decide: Callable[[Principal], Mutation],
+    subject: Subject | None = None,
 ) -> Response:
-    """Authenticate, then replay or run ``build(principal)`` under the request's key."""
+    """Authenticate, then replay or run the mutation under the request's key: the tenant
+    checked, then ``subject`` (a ``404`` before the body is read), then ``decide``, which
+    reads the body and names the use case's mutation (``punctual.usecases.mutations``)."""
     try:
         principal = edge.principal(request)
         key = idempotency_key(request)
         claim = IdempotentRequest(
             principal.tenant, principal.subject, key, fingerprint(request, raw_body)
         )
-
-        def mutation(tx: Tx, now: Any) -> Outcome:
-            check_tenant(principal, tenant)
-            return build(principal)(tx, now)
-
+        mutation = in_order(principal, tenant, subject, partial(decide, principal))
         outcome = edge.mutations.run(claim, mutation)
     except RecordedError as recorded:
         return JSONResponse(recorded.body, status_code=recorded.status)

@@ -7,7 +7,7 @@ from typing import Annotated, Any
 from fastapi import APIRouter, Depends, Query, Request, Security
 from fastapi.responses import Response
 
-from punctual.adapters.http.edge import Edge, parse_body, parse_limit, run_mutation
+from punctual.adapters.http.edge import Edge, mutate, parse_body, parse_limit
 from punctual.adapters.http.routes.common import (
     BEARER,
     IDEMPOTENCY_DOC,
@@ -26,11 +26,8 @@ from punctual.adapters.http.schemas import (
     answers,
     documented_as,
 )
-from punctual.domain.permissions import Principal
-from punctual.ports.store import Tx
 from punctual.resources import AuditPage, Hold, HoldPage
 from punctual.usecases import audit, holds
-from punctual.usecases.idempotency import Mutation, Outcome
 
 router = APIRouter(prefix="/v1/tenants/{tenant}", dependencies=[Security(BEARER)])
 EdgeDep = Annotated[Edge, Depends(get_edge)]
@@ -57,14 +54,15 @@ ActiveOnly = Annotated[
     "`tenant`. " + IDEMPOTENCY_DOC,
 )
 def place_hold(tenant: str, request: Request, edge: EdgeDep, raw: BodyDep) -> Response:
-    def build(principal: Principal) -> Mutation:
-        def mutation(tx: Tx, now: Any) -> Outcome:
-            body = parse_body(raw, PlaceHoldBody)
-            return holds.place(edge.services, principal, body.command())(tx, now)
-
-        return mutation
-
-    return run_mutation(edge, request, raw, tenant, build)
+    return mutate(
+        edge,
+        request,
+        raw,
+        tenant,
+        lambda principal: holds.place(
+            edge.services, principal, parse_body(raw, PlaceHoldBody).command()
+        ),
+    )
 
 
 @router.get(
@@ -103,10 +101,7 @@ def list_holds(
 def release_hold(
     tenant: str, hold_id: str, request: Request, edge: EdgeDep, raw: BodyDep
 ) -> Response:
-    def build(principal: Principal) -> Mutation:
-        return holds.release(edge.services, principal, hold_id)
-
-    return run_mutation(edge, request, raw, tenant, build)
+    return mutate(edge, request, raw, tenant, lambda p: holds.release(edge.services, p, hold_id))
 
 
 @router.get(

@@ -7,7 +7,7 @@ from typing import Annotated, Any
 from fastapi import APIRouter, Depends, Query, Request, Security
 from fastapi.responses import Response
 
-from punctual.adapters.http.edge import Edge, parse_limit, run_mutation
+from punctual.adapters.http.edge import Edge, mutate, parse_limit
 from punctual.adapters.http.routes.common import (
     BEARER,
     IDEMPOTENCY_DOC,
@@ -19,10 +19,8 @@ from punctual.adapters.http.routes.common import (
     raw_body,
 )
 from punctual.adapters.http.schemas import LIST, MUTATION, answers
-from punctual.domain.permissions import Principal
 from punctual.resources import Notification, NotificationPage
 from punctual.usecases import notifications
-from punctual.usecases.idempotency import Mutation
 
 router = APIRouter(
     prefix="/v1/tenants/{tenant}", tags=["notifications"], dependencies=[Security(BEARER)]
@@ -71,7 +69,10 @@ def list_notifications(
 def mark_notification_read(
     tenant: str, notification_id: str, request: Request, edge: EdgeDep, raw: BodyDep
 ) -> Response:
-    def build(principal: Principal) -> Mutation:
-        return notifications.mark_read(edge.services, principal, notification_id)
-
-    return run_mutation(edge, request, raw, tenant, build)
+    return mutate(
+        edge,
+        request,
+        raw,
+        tenant,
+        lambda principal: notifications.mark_read(edge.services, principal, notification_id),
+    )

@@ -7,7 +7,7 @@ from typing import Annotated, Any
 from fastapi import APIRouter, Depends, Query, Request, Security
 from fastapi.responses import Response
 
-from punctual.adapters.http.edge import Edge, parse_limit, run_mutation
+from punctual.adapters.http.edge import Edge, mutate, parse_limit
 from punctual.adapters.http.routes.common import (
     BEARER,
     IDEMPOTENCY_DOC,
@@ -20,11 +20,9 @@ from punctual.adapters.http.routes.common import (
     raw_body,
 )
 from punctual.adapters.http.schemas import ADMIN, LIST, MUTATION, READ, answers
-from punctual.domain.permissions import Principal
 from punctual.domain.runs import RunState
 from punctual.resources import Run, RunPage
 from punctual.usecases import runs
-from punctual.usecases.idempotency import Mutation
 
 router = APIRouter(
     prefix="/v1/tenants/{tenant}/runs", tags=["runs"], dependencies=[Security(BEARER)]
@@ -69,10 +67,7 @@ def list_runs(
     "Idempotent, also once the run has ended; owner or admin. " + IDEMPOTENCY_DOC,
 )
 def cancel_run(tenant: str, run_id: str, request: Request, edge: EdgeDep, raw: BodyDep) -> Response:
-    def build(principal: Principal) -> Mutation:
-        return runs.cancel(edge.services, principal, run_id)
-
-    return run_mutation(edge, request, raw, tenant, build)
+    return mutate(edge, request, raw, tenant, lambda p: runs.cancel(edge.services, p, run_id))
 
 
 @router.post(
@@ -86,7 +81,4 @@ def cancel_run(tenant: str, run_id: str, request: Request, edge: EdgeDep, raw: B
 def terminate_run(
     tenant: str, run_id: str, request: Request, edge: EdgeDep, raw: BodyDep
 ) -> Response:
-    def build(principal: Principal) -> Mutation:
-        return runs.terminate(edge.services, principal, run_id)
-
-    return run_mutation(edge, request, raw, tenant, build)
+    return mutate(edge, request, raw, tenant, lambda p: runs.terminate(edge.services, p, run_id))

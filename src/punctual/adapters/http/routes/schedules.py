@@ -11,11 +11,11 @@ from fastapi.responses import JSONResponse, Response
 from punctual.adapters.http.edge import (
     Edge,
     load_json,
+    mutate,
     parse_body,
     parse_limit,
     parse_object,
     parse_whole_number,
-    run_mutation,
 )
 from punctual.adapters.http.routes.common import (
     BEARER,
@@ -49,8 +49,7 @@ from punctual.adapters.http.schemas import (
 from punctual.domain.permissions import Principal
 from punctual.domain.starts import StartState
 from punctual.domain.timeutil import parse_rfc3339
-from punctual.errors import InvalidRequest, not_found
-from punctual.ports.store import Tx
+from punctual.errors import InvalidRequest
 from punctual.resources import (
     BackfillResult,
     Occurrence,
@@ -61,8 +60,8 @@ from punctual.resources import (
     ScheduleUpsert,
     UpsertPlan,
 )
-from punctual.usecases import schedule_controls, schedules, transfer
-from punctual.usecases.idempotency import Mutation, Outcome
+from punctual.usecases import mutations, schedule_controls, schedules, transfer
+from punctual.usecases.idempotency import Mutation
 
 router = APIRouter(
     prefix="/v1/tenants/{tenant}", tags=["schedules"], dependencies=[Security(BEARER)]
@@ -95,11 +94,6 @@ _StateFilter = Annotated[
 ]
 
 
-def _existing(tx: Tx, principal: Principal, schedule_id: str) -> None:
-    if tx.schedules.get(principal.tenant, schedule_id) is None:
-        raise not_found("schedule", schedule_id)
-
-
 @router.post(
     "/schedules",
     status_code=201,
@@ -120,14 +114,11 @@ def _existing(tx: Tx, principal: Principal, schedule_id: str) -> None:
     + IDEMPOTENCY_DOC,
 )
 def create_schedule(tenant: str, request: Request, edge: EdgeDep, raw: BodyDep) -> Response:
-    def build(principal: Principal) -> Mutation:
-        def mutation(tx: Tx, now: Any) -> Outcome:
-            body = parse_body(raw, CreateScheduleBody, host_owned_check=True)
-            return schedules.create(edge.services, principal, body.command())(tx, now)
+    def decide(principal: Principal) -> Mutation:
+        body = parse_body(raw, CreateScheduleBody, host_owned_check=True)
+        return schedules.create(edge.services, principal, body.command())
 
-        return mutation
-
-    return run_mutation(edge, request, raw, tenant, build)
+    return mutate(edge, request, raw, tenant, decide)
 
 
 # Before the routes of one schedule by id: a schedule named "x/occurrences" is a name.
@@ -191,14 +182,11 @@ def put_schedule_by_name(
         plan = schedule_controls.plan_by_name(edge.services, principal, body.command(name))
         return JSONResponse(plan)
 
-    def build(principal: Principal) -> Mutation:
-        def mutation(tx: Tx, now: Any) -> Outcome:
-            command = parse_body(raw, PutScheduleBody, host_owned_check=True).command(name)
-            return schedule_controls.upsert_by_name(edge.services, principal, command)(tx, now)
+    def decide(principal: Principal) -> Mutation:
+        command = parse_body(raw, PutScheduleBody, host_owned_check=True).command(name)
+        return schedule_controls.upsert_by_name(edge.services, principal, command)
 
-        return mutation
-
-    return run_mutation(edge, request, raw, tenant, build)
+    return mutate(edge, request, raw, tenant, decide)
 
 
 def _flag(value: str | None, name: str) -> bool:
@@ -259,33 +247,23 @@ def list_schedules(
 def patch_schedule(
     tenant: str, schedule_id: str, request: Request, edge: EdgeDep, raw: BodyDep
 ) -> Response:
-    def build(principal: Principal) -> Mutation:
-        def mutation(tx: Tx, now: Any) -> Outcome:
-            _existing(tx, principal, schedule_id)
-            body = parse_body(raw, PatchScheduleBody, host_owned_check=True)
-            command = schedules.UpdateSchedule(schedule_id, body.version, body.changes())
-            return schedules.update(edge.services, principal, command)(tx, now)
+    def decide(principal: Principal) -> Mutation:
+        body = parse_body(raw, PatchScheduleBody, host_owned_check=True)
+        command = schedules.UpdateSchedule(schedule_id, body.version, body.changes())
+        return schedules.update(edge.services, principal, command)
 
-        return mutation
-
-    return run_mutation(edge, request, raw, tenant, build)
+    return mutate(edge, request, raw, tenant, decide, mutations.schedule(schedule_id))
 
 
 def _toggle(enabled: bool) -> Any:
     def route(
         tenant: str, schedule_id: str, request: Request, edge: EdgeDep, raw: BodyDep
     ) -> Response:
-        def build(principal: Principal) -> Mutation:
-            def mutation(tx: Tx, now: Any) -> Outcome:
-                _existing(tx, principal, schedule_id)
-                body = parse_body(raw, VersionBody)
-                return schedules.set_enabled(
-                    edge.services, principal, schedule_id, body.version, enabled
-                )(tx, now)
+        def decide(principal: Principal) -> Mutation:
+            version = parse_body(raw, VersionBody).version
+            return schedules.set_enabled(edge.services, principal, schedule_id, version, enabled)
 
-            return mutation
-
-        return run_mutation(edge, request, raw, tenant, build)
+        return mutate(edge, request, raw, tenant, decide, mutations.schedule(schedule_id))
 
     return route
 
@@ -345,20 +323,16 @@ def delete_schedule(
         ),
     ] = None,
 ) -> Response:
-    def build(principal: Principal) -> Mutation:
-        def mutation(tx: Tx, now: Any) -> Outcome:
-            _existing(tx, principal, schedule_id)
-            if version is None:
-                raise InvalidRequest(
-                    "send the schedule's current version as ?version=N",
-                    errors=[{"loc": ["query", "version"], "msg": "required", "type": "missing"}],
-                )
-            current = parse_whole_number(version, "version", minimum=1)
-            return schedules.delete(edge.services, principal, schedule_id, current)(tx, now)
+    def decide(principal: Principal) -> Mutation:
+        if version is None:
+            raise InvalidRequest(
+                "send the schedule's current version as ?version=N",
+                errors=[{"loc": ["query", "version"], "msg": "required", "type": "missing"}],
+            )
+        current = parse_whole_number(version, "version", minimum=1)
+        return schedules.delete(edge.services, principal, schedule_id, current)
 
-        return mutation
-
-    return run_mutation(edge, request, raw, tenant, build)
+    return mutate(edge, request, raw, tenant, decide, mutations.schedule(schedule_id))
 
 
 @router.post(
@@ -380,15 +354,16 @@ def delete_schedule(
 def transfer_schedule(
     tenant: str, schedule_id: str, request: Request, edge: EdgeDep, raw: BodyDep
 ) -> Response:
-    def build(principal: Principal) -> Mutation:
-        def mutation(tx: Tx, now: Any) -> Outcome:
-            _existing(tx, principal, schedule_id)
-            body = parse_body(raw, TransferBody)
-            return transfer.transfer(edge.services, principal, body.command(schedule_id))(tx, now)
-
-        return mutation
-
-    return run_mutation(edge, request, raw, tenant, build)
+    return mutate(
+        edge,
+        request,
+        raw,
+        tenant,
+        lambda principal: transfer.transfer(
+            edge.services, principal, parse_body(raw, TransferBody).command(schedule_id)
+        ),
+        mutations.schedule(schedule_id),
+    )
 
 
 @router.post(
@@ -412,17 +387,12 @@ def transfer_schedule(
 def trigger_schedule(
     tenant: str, schedule_id: str, request: Request, edge: EdgeDep, raw: BodyDep
 ) -> Response:
-    def build(principal: Principal) -> Mutation:
-        def mutation(tx: Tx, now: Any) -> Outcome:
-            _existing(tx, principal, schedule_id)
-            data = load_json(raw)
-            body = parse_object({} if data is None else data, TriggerBody)
-            command = body.command(schedule_id)
-            return schedule_controls.trigger(edge.services, principal, command)(tx, now)
+    def decide(principal: Principal) -> Mutation:
+        data = load_json(raw)
+        body = parse_object({} if data is None else data, TriggerBody)
+        return schedule_controls.trigger(edge.services, principal, body.command(schedule_id))
 
-        return mutation
-
-    return run_mutation(edge, request, raw, tenant, build)
+    return mutate(edge, request, raw, tenant, decide, mutations.schedule(schedule_id))
 
 
 @router.post(
@@ -452,16 +422,16 @@ def trigger_schedule(
 def backfill_schedule(
     tenant: str, schedule_id: str, request: Request, edge: EdgeDep, raw: BodyDep
 ) -> Response:
-    def build(principal: Principal) -> Mutation:
-        def mutation(tx: Tx, now: Any) -> Outcome:
-            _existing(tx, principal, schedule_id)
-            body = parse_body(raw, BackfillBody)
-            command = body.command(schedule_id)
-            return schedule_controls.backfill(edge.services, principal, command)(tx, now)
-
-        return mutation
-
-    return run_mutation(edge, request, raw, tenant, build)
+    return mutate(
+        edge,
+        request,
+        raw,
+        tenant,
+        lambda principal: schedule_controls.backfill(
+            edge.services, principal, parse_body(raw, BackfillBody).command(schedule_id)
+        ),
+        mutations.schedule(schedule_id),
+    )
 
 
 @router.get(
@@ -507,18 +477,15 @@ def cancel_occurrence(
     edge: EdgeDep,
     raw: BodyDep,
 ) -> Response:
-    def build(principal: Principal) -> Mutation:
-        def mutation(tx: Tx, now: Any) -> Outcome:
-            if tx.starts.get_occurrence(principal.tenant, schedule_id, occurrence_id) is None:
-                raise not_found("occurrence", occurrence_id)
-            body = parse_body(raw, VersionBody)
-            return schedules.cancel_occurrence(
-                edge.services, principal, schedule_id, occurrence_id, body.version
-            )(tx, now)
+    def decide(principal: Principal) -> Mutation:
+        version = parse_body(raw, VersionBody).version
+        return schedules.cancel_occurrence(
+            edge.services, principal, schedule_id, occurrence_id, version
+        )
 
-        return mutation
-
-    return run_mutation(edge, request, raw, tenant, build)
+    return mutate(
+        edge, request, raw, tenant, decide, mutations.occurrence(schedule_id, occurrence_id)
+    )
 
 
 @router.get(

@@ -16,12 +16,12 @@ from punctual.adapters.http.edge import (
     fingerprint_of,
     idempotency_key,
     load_json,
+    mutate,
     parse_body,
     parse_json,
     parse_limit,
     parse_object,
     refuse_unstorable_text,
-    run_mutation,
     valid_key,
 )
 from punctual.adapters.http.errors import response_for
@@ -50,13 +50,11 @@ from punctual.adapters.http.schemas import (
     answers,
     request_body_ref,
 )
-from punctual.domain.permissions import Action, Principal, require
+from punctual.domain.permissions import Action, require
 from punctual.domain.starts import StartState
-from punctual.errors import InvalidRequest, PunctualError, not_found
-from punctual.ports.store import Tx
+from punctual.errors import InvalidRequest, PunctualError
 from punctual.resources import BatchCreateResult, Start, StartPage
-from punctual.usecases import starts
-from punctual.usecases.idempotency import Mutation, Outcome
+from punctual.usecases import mutations, starts
 
 router = APIRouter(
     prefix="/v1/tenants/{tenant}/scheduled-starts",
@@ -222,11 +220,6 @@ def _envelope_error(loc: list[str | int], message: str) -> InvalidRequest:
     )
 
 
-def _existing(tx: Tx, principal: Principal, start_id: str) -> None:
-    if tx.starts.get(principal.tenant, start_id) is None:
-        raise not_found("start", start_id)
-
-
 @router.post(
     "/{start_id}/reschedule",
     response_model=None,
@@ -246,15 +239,16 @@ def _existing(tx: Tx, principal: Principal, start_id: str) -> None:
 def reschedule_start(
     tenant: str, start_id: str, request: Request, edge: EdgeDep, raw: BodyDep
 ) -> Response:
-    def build(principal: Principal) -> Mutation:
-        def mutation(tx: Tx, now: Any) -> Outcome:
-            _existing(tx, principal, start_id)
-            body = parse_body(raw, RescheduleBody)
-            return starts.reschedule(edge.services, principal, body.command(start_id))(tx, now)
-
-        return mutation
-
-    return run_mutation(edge, request, raw, tenant, build)
+    return mutate(
+        edge,
+        request,
+        raw,
+        tenant,
+        lambda principal: starts.reschedule(
+            edge.services, principal, parse_body(raw, RescheduleBody).command(start_id)
+        ),
+        mutations.start(start_id),
+    )
 
 
 @router.post(
@@ -276,15 +270,16 @@ def reschedule_start(
 def cancel_start(
     tenant: str, start_id: str, request: Request, edge: EdgeDep, raw: BodyDep
 ) -> Response:
-    def build(principal: Principal) -> Mutation:
-        def mutation(tx: Tx, now: Any) -> Outcome:
-            _existing(tx, principal, start_id)
-            body = parse_body(raw, CancelBody)
-            return starts.cancel(edge.services, principal, body.command(start_id))(tx, now)
-
-        return mutation
-
-    return run_mutation(edge, request, raw, tenant, build)
+    return mutate(
+        edge,
+        request,
+        raw,
+        tenant,
+        lambda principal: starts.cancel(
+            edge.services, principal, parse_body(raw, CancelBody).command(start_id)
+        ),
+        mutations.start(start_id),
+    )
 
 
 @router.get("/{start_id}", response_model=None, responses=answers(200, Start, READ))

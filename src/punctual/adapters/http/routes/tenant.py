@@ -7,7 +7,7 @@ from typing import Annotated, Any
 from fastapi import APIRouter, Depends, Request, Security
 from fastapi.responses import Response
 
-from punctual.adapters.http.edge import Edge, parse_body, parse_limit, run_mutation
+from punctual.adapters.http.edge import Edge, mutate, parse_body, parse_limit
 from punctual.adapters.http.routes.common import (
     BEARER,
     IDEMPOTENCY_DOC,
@@ -27,10 +27,9 @@ from punctual.adapters.http.schemas import (
     answers,
 )
 from punctual.domain.permissions import Principal
-from punctual.ports.store import Tx
 from punctual.resources import DefinitionPage, Finding, Health, IssuedToken, Member, TokenPage
 from punctual.usecases import definitions, health, identity
-from punctual.usecases.idempotency import Mutation, Outcome
+from punctual.usecases.idempotency import Mutation
 
 router = APIRouter(prefix="/v1/tenants/{tenant}", tags=["tenant"], dependencies=[Security(BEARER)])
 EdgeDep = Annotated[Edge, Depends(get_edge)]
@@ -57,14 +56,11 @@ def list_definitions(tenant: str, request: Request, edge: EdgeDep) -> dict[str, 
     description="Admin. Adds the member, or changes its role. " + IDEMPOTENCY_DOC,
 )
 def add_member(tenant: str, request: Request, edge: EdgeDep, raw: BodyDep) -> Response:
-    def build(principal: Principal) -> Mutation:
-        def mutation(tx: Tx, now: Any) -> Outcome:
-            body = parse_body(raw, MemberBody)
-            return identity.add_member(edge.services, principal, body.subject, body.role)(tx, now)
+    def decide(principal: Principal) -> Mutation:
+        body = parse_body(raw, MemberBody)
+        return identity.add_member(edge.services, principal, body.subject, body.role)
 
-        return mutation
-
-    return run_mutation(edge, request, raw, tenant, build)
+    return mutate(edge, request, raw, tenant, decide)
 
 
 @router.delete(
@@ -79,10 +75,9 @@ def add_member(tenant: str, request: Request, edge: EdgeDep, raw: BodyDep) -> Re
 def remove_member(
     tenant: str, subject: str, request: Request, edge: EdgeDep, raw: BodyDep
 ) -> Response:
-    def build(principal: Principal) -> Mutation:
-        return identity.remove_member(edge.services, principal, subject)
-
-    return run_mutation(edge, request, raw, tenant, build)
+    return mutate(
+        edge, request, raw, tenant, lambda p: identity.remove_member(edge.services, p, subject)
+    )
 
 
 @router.post(
@@ -101,16 +96,11 @@ def remove_member(
     description="Admin. A token for a member of the tenant. " + IDEMPOTENCY_DOC,
 )
 def create_token(tenant: str, request: Request, edge: EdgeDep, raw: BodyDep) -> Response:
-    def build(principal: Principal) -> Mutation:
-        def mutation(tx: Tx, now: Any) -> Outcome:
-            body = parse_body(raw, TokenBody)
-            return identity.create_token(edge.services, principal, body.subject, body.expires_at)(
-                tx, now
-            )
+    def decide(principal: Principal) -> Mutation:
+        body = parse_body(raw, TokenBody)
+        return identity.create_token(edge.services, principal, body.subject, body.expires_at)
 
-        return mutation
-
-    return run_mutation(edge, request, raw, tenant, build)
+    return mutate(edge, request, raw, tenant, decide)
 
 
 @router.get(
@@ -141,10 +131,9 @@ def list_tokens(
 def revoke_token(
     tenant: str, token_id: str, request: Request, edge: EdgeDep, raw: BodyDep
 ) -> Response:
-    def build(principal: Principal) -> Mutation:
-        return identity.revoke_token(edge.services, principal, token_id)
-
-    return run_mutation(edge, request, raw, tenant, build)
+    return mutate(
+        edge, request, raw, tenant, lambda p: identity.revoke_token(edge.services, p, token_id)
+    )
 
 
 @router.get(
@@ -171,7 +160,6 @@ def tenant_health(tenant: str, request: Request, edge: EdgeDep) -> dict[str, Any
 def acknowledge_finding(
     tenant: str, finding_id: str, request: Request, edge: EdgeDep, raw: BodyDep
 ) -> Response:
-    def build(principal: Principal) -> Mutation:
-        return health.acknowledge(edge.services, principal, finding_id)
-
-    return run_mutation(edge, request, raw, tenant, build)
+    return mutate(
+        edge, request, raw, tenant, lambda p: health.acknowledge(edge.services, p, finding_id)
+    )

@@ -7,7 +7,7 @@ from typing import Annotated, Any
 from fastapi import APIRouter, Depends, Request, Security
 from fastapi.responses import Response
 
-from punctual.adapters.http.edge import Edge, load_json, parse_body, parse_limit, run_mutation
+from punctual.adapters.http.edge import Edge, load_json, mutate, parse_body, parse_limit
 from punctual.adapters.http.routes.common import (
     BEARER,
     IDEMPOTENCY_DOC,
@@ -26,12 +26,9 @@ from punctual.adapters.http.schemas import (
     PatchWebhookBody,
     answers,
 )
-from punctual.domain.permissions import Principal
-from punctual.errors import PunctualError, not_found
-from punctual.ports.store import Tx
+from punctual.errors import PunctualError
 from punctual.resources import DeliveryPage, Queued, Webhook, WebhookPage
-from punctual.usecases import webhooks
-from punctual.usecases.idempotency import Mutation, Outcome
+from punctual.usecases import mutations, webhooks
 
 router = APIRouter(
     prefix="/v1/tenants/{tenant}", tags=["webhooks"], dependencies=[Security(BEARER)]
@@ -74,14 +71,15 @@ def _screening(edge: Edge, request: Request, tenant: str, raw: bytes) -> webhook
 def create_webhook(tenant: str, request: Request, edge: EdgeDep, raw: BodyDep) -> Response:
     screening = _screening(edge, request, tenant, raw)
 
-    def build(principal: Principal) -> Mutation:
-        def mutation(tx: Tx, now: Any) -> Outcome:
-            body = parse_body(raw, CreateWebhookBody)
-            return webhooks.create(edge.services, principal, body.command(), screening)(tx, now)
-
-        return mutation
-
-    return run_mutation(edge, request, raw, tenant, build)
+    return mutate(
+        edge,
+        request,
+        raw,
+        tenant,
+        lambda principal: webhooks.create(
+            edge.services, principal, parse_body(raw, CreateWebhookBody).command(), screening
+        ),
+    )
 
 
 @router.get(
@@ -132,17 +130,19 @@ def patch_webhook(
 ) -> Response:
     screening = _screening(edge, request, tenant, raw)
 
-    def build(principal: Principal) -> Mutation:
-        def mutation(tx: Tx, now: Any) -> Outcome:
-            if tx.webhooks.get(principal.tenant, webhook_id) is None:
-                raise not_found("webhook", webhook_id)  # before the body is looked at
-            body = parse_body(raw, PatchWebhookBody)
-            command = body.command(webhook_id)
-            return webhooks.update(edge.services, principal, command, screening)(tx, now)
-
-        return mutation
-
-    return run_mutation(edge, request, raw, tenant, build)
+    return mutate(
+        edge,
+        request,
+        raw,
+        tenant,
+        lambda principal: webhooks.update(
+            edge.services,
+            principal,
+            parse_body(raw, PatchWebhookBody).command(webhook_id),
+            screening,
+        ),
+        mutations.webhook(webhook_id),
+    )
 
 
 @router.delete(
@@ -156,10 +156,9 @@ def patch_webhook(
 def delete_webhook(
     tenant: str, webhook_id: str, request: Request, edge: EdgeDep, raw: BodyDep
 ) -> Response:
-    def build(principal: Principal) -> Mutation:
-        return webhooks.delete(edge.services, principal, webhook_id)
-
-    return run_mutation(edge, request, raw, tenant, build)
+    return mutate(
+        edge, request, raw, tenant, lambda p: webhooks.delete(edge.services, p, webhook_id)
+    )
 
 
 @router.post(
@@ -173,10 +172,9 @@ def delete_webhook(
 def test_webhook(
     tenant: str, webhook_id: str, request: Request, edge: EdgeDep, raw: BodyDep
 ) -> Response:
-    def build(principal: Principal) -> Mutation:
-        return webhooks.send_test(edge.services, principal, webhook_id)
-
-    return run_mutation(edge, request, raw, tenant, build)
+    return mutate(
+        edge, request, raw, tenant, lambda p: webhooks.send_test(edge.services, p, webhook_id)
+    )
 
 
 @router.get(
@@ -216,7 +214,10 @@ def redeliver(
     edge: EdgeDep,
     raw: BodyDep,
 ) -> Response:
-    def build(principal: Principal) -> Mutation:
-        return webhooks.redeliver(edge.services, principal, webhook_id, delivery_id)
-
-    return run_mutation(edge, request, raw, tenant, build)
+    return mutate(
+        edge,
+        request,
+        raw,
+        tenant,
+        lambda p: webhooks.redeliver(edge.services, p, webhook_id, delivery_id),
+    )

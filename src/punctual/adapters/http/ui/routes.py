@@ -131,8 +131,7 @@ def _visitor(request: Request, edge: Edge) -> Visitor | None:
     session = _sealer(edge).open_session(request.cookies.get(SESSION_COOKIE), now)
     if session is None:
         return None
-    with edge.services.store.transaction(readonly=True) as tx:
-        principal = tx.identity.principal_for_digest(session.token_digest, now)
+    principal = identity.principal_of_digest(edge.services, session.token_digest, now)
     if principal is None or principal.tenant != session.tenant:
         return None
     return Visitor(principal, session)
@@ -537,10 +536,8 @@ def _health_page(
     status: int = 200,
 ) -> Response:
     report = health.report(edge.services, visitor.principal)
-    with edge.services.store.transaction(readonly=True) as tx:
-        # Host-wide findings (an engine outage) are in every tenant's report, but they are
-        # the host's: no tenant acknowledges them, so they get no button.
-        host_findings = {f.id for f in tx.findings.latest(health.HOST, health.FINDING_LIST_LIMIT)}
+    # Host-wide findings are in every tenant's report but get no button.
+    host_findings = health.host_finding_ids(edge.services)
     if acknowledged and any(
         f["id"] == acknowledged and f["acknowledged"] for f in report["findings"]
     ):
