@@ -24,10 +24,10 @@ lint: $(STAMP)
 	$(BIN)/lint-imports
 
 ## test: every check and every test (SQLite always; PostgreSQL and Temporal when reachable, required with CI=true),
-## in TEST_WORKERS processes (a test file stays in one process; TEST_WORKERS=0 runs them in this one)
+## in TEST_WORKERS processes (a test file stays in one process unless its tests are marked spread; TEST_WORKERS=0 runs them in this one)
 TEST_WORKERS ?= 3
 test: lint
-	$(BIN)/python -m pytest -n $(TEST_WORKERS) --dist loadfile
+	$(BIN)/python -m pytest -n $(TEST_WORKERS) --dist loadgroup
 
 ## unit: the fast tests only
 unit: $(STAMP)

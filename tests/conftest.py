@@ -65,6 +65,26 @@ IN_CI = os.environ.get("CI", "").lower() in {"1", "true", "yes"}
 DEV_TOKEN = "test-admin-token-0123456789abcdef0123456789"
 
 
+@pytest.hookimpl(tryfirst=True)
+def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
+    """How ``make test`` shares the work out (``--dist loadgroup``): a test file is one unit,
+    so its module fixtures (a server, a Temporal dev server) start once, except that each
+    case of a test marked ``spread`` is a unit of its own; those go first, then the suites
+    that start real processes, so the longest units do not begin last and leave the other
+    processes idle. Runs before pytest-xdist reads the groups."""
+    for item in items:
+        if item.get_closest_marker("xdist_group") is None:
+            unit = item.nodeid if item.get_closest_marker("spread") else item.nodeid.split("::")[0]
+            item.add_marker(pytest.mark.xdist_group(unit))
+
+    def turn(item: pytest.Item) -> int:
+        if item.get_closest_marker("spread"):
+            return 0
+        return 1 if item.nodeid.startswith(("tests/e2e/", "tests/chaos/")) else 2
+
+    items.sort(key=turn)
+
+
 class FakeClock:
     """A clock the test moves by hand; time never passes on its own."""
 

@@ -23,7 +23,7 @@ from tests.e2e.harness import (
     wait_until_done,
 )
 
-pytestmark = [pytest.mark.e2e, pytest.mark.postgres]
+pytestmark = [pytest.mark.e2e, pytest.mark.postgres, pytest.mark.spread]
 
 KILLED = -signal.SIGKILL
 

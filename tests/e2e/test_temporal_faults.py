@@ -40,7 +40,7 @@ from tests.e2e.temporal_harness import (
     started_in_temporal,
 )
 
-pytestmark = [pytest.mark.e2e, pytest.mark.temporal, pytest.mark.postgres]
+pytestmark = [pytest.mark.e2e, pytest.mark.temporal, pytest.mark.postgres, pytest.mark.spread]
 
 KILLED = -signal.SIGKILL
 CRASH_STARTS = 5

@@ -47,7 +47,7 @@ from tests.e2e.harness import (
     wait_for,
 )
 
-pytestmark = [pytest.mark.e2e, pytest.mark.slow]
+pytestmark = [pytest.mark.e2e, pytest.mark.slow, pytest.mark.spread]
 
 TENANT = "default"
 ADMIN_TOKEN = "e2e-webhook-admin-" + "0123456789abcdef" * 2
