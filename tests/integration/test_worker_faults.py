@@ -282,6 +282,26 @@ def test_claimed_and_started_times_of_an_attempt(system: bootstrap.Punctual) -> 
     assert run.created_at <= run.claimed_at <= run.started_at <= run.ended_at
 
 
+@pytest.mark.parametrize("database_url", ["postgres"], indirect=True)
+def test_a_claim_records_when_it_claimed_not_when_its_transaction_began(
+    system: bootstrap.Punctual,
+) -> None:
+    """PostgreSQL's now() is the transaction's start: a claim whose transaction began
+    before the run was created (and then saw it, under read committed) recorded the run
+    as claimed before it was created (seen once in a loaded suite)."""
+    with system.store.transaction() as tx:
+        assert tx.runs.get(TENANT, "run_none") is None  # the transaction has begun
+        time.sleep(0.05)
+        run_id = insert_run(system, "echo", {"message": "late"})
+        claimed = tx.runs.claim_pending(
+            "wrk-a", ["standard"], [("echo", "1")], 1, 30, datetime.now(UTC)
+        )
+    assert [c.id for c in claimed] == [run_id]
+    run = get_run(system, run_id)
+    assert run.claimed_at is not None
+    assert run.created_at <= run.claimed_at
+
+
 # ---------------------------------------------------------------------------- store side
 
 

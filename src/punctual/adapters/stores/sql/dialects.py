@@ -405,6 +405,16 @@ def store_now(conn: sa.Connection, now: datetime) -> sa.ColumnElement[datetime]:
     return sa.literal(now, type_=UTCDateTime())
 
 
+def store_stamp(conn: sa.Connection, now: datetime) -> sa.ColumnElement[datetime]:
+    """The instant to record as when something happened (a claim, a heartbeat): on
+    PostgreSQL the clock as the statement runs (``clock_timestamp()``), never the
+    transaction's start (``now()``), which can precede a row the statement reads and so
+    record a run as claimed before it was created. ``now`` on SQLite."""
+    if conn.dialect.name == "postgresql":
+        return sa.func.clock_timestamp()
+    return sa.literal(now, type_=UTCDateTime())
+
+
 def lease_expiry(conn: sa.Connection, seconds: float, now: datetime) -> sa.ColumnElement[datetime]:
     """``seconds`` after ``store_now``: the end of a lease taken or renewed now."""
     if conn.dialect.name == "postgresql":

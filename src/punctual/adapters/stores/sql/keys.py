@@ -16,7 +16,13 @@ import sqlalchemy as sa
 from sqlalchemy.engine import RowMapping
 
 from punctual.adapters.stores.sql import tables as t
-from punctual.adapters.stores.sql.dialects import insert_ignore, lock_name, passed, store_now
+from punctual.adapters.stores.sql.dialects import (
+    insert_ignore,
+    lock_name,
+    passed,
+    store_now,
+    store_stamp,
+)
 from punctual.domain.starts import StartState
 from punctual.ports.records import (
     EncryptedInput,
@@ -136,7 +142,7 @@ class SqlKeys:
             "components": sorted(process.components),
             "key_ids": sorted(process.key_ids),
             "active_key_id": process.active_key_id,
-            "heartbeat_at": store_now(self._conn, now),
+            "heartbeat_at": store_stamp(self._conn, now),
         }
         refreshed = self._conn.execute(
             sa.update(t.processes)

@@ -18,6 +18,7 @@ from punctual.adapters.stores.sql.dialects import (
     notify,
     passed,
     store_now,
+    store_stamp,
     update_many,
 )
 from punctual.adapters.stores.sql.listener import RUNS_CHANNEL
@@ -190,7 +191,7 @@ class SqlRuns:
                 + sa.cast(_r.attempts + 1, sa.String),
                 lease_until=lease_expiry(self._conn, lease_seconds, now),
                 attempts=_r.attempts + 1,
-                claimed_at=store_now(self._conn, now),
+                claimed_at=store_stamp(self._conn, now),
                 started_at=None,
             )
             .returning(
