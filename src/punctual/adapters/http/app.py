@@ -13,6 +13,7 @@ from starlette.types import ASGIApp, Receive, Scope, Send
 import punctual
 from punctual.adapters.http import errors, ui
 from punctual.adapters.http.edge import Edge
+from punctual.adapters.http.openapi import Refusals, answers, openapi_document, operation_id
 from punctual.adapters.http.routes import (
     holds,
     internal,
@@ -23,7 +24,6 @@ from punctual.adapters.http.routes import (
     tenant,
     webhooks,
 )
-from punctual.adapters.http.schemas import Refusals, answers, openapi_document, operation_id
 from punctual.resources import Liveness, Readiness
 from punctual.usecases import health
 
@@ -75,7 +75,7 @@ class _BodyTooLarge(Exception):
     pass
 
 
-_STORE_DOWN: Refusals = {503: ("store_unavailable",)}
+_STORE_DOWN: Refusals = ("store_unavailable",)
 
 
 def create_app(

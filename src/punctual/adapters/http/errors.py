@@ -42,6 +42,15 @@ def status_for(error: e.PunctualError) -> int:
     return 500
 
 
+def status_of(code: str) -> int:
+    """The status an answer with ``code`` carries, from the registry's class for it."""
+    kind = e.registered(code).kind
+    for cls, status in _STATUS:
+        if issubclass(kind, cls):
+            return status
+    return 500
+
+
 def envelope(code: str, message: str, details: dict[str, Any] | None = None) -> dict[str, Any]:
     return {"error": {"code": code, "message": message, "details": details or {}}}
 

@@ -8,6 +8,7 @@ from fastapi import APIRouter, Depends, Query, Request, Security
 from fastapi.responses import Response
 
 from punctual.adapters.http.edge import Edge, mutate, parse_body, parse_limit
+from punctual.adapters.http.openapi import ADMIN, LIST, MUTATION, answers
 from punctual.adapters.http.routes.common import (
     BEARER,
     IDEMPOTENCY_DOC,
@@ -18,14 +19,7 @@ from punctual.adapters.http.routes.common import (
     one_of,
     raw_body,
 )
-from punctual.adapters.http.schemas import (
-    ADMIN,
-    LIST,
-    MUTATION,
-    PlaceHoldBody,
-    answers,
-    documented_as,
-)
+from punctual.adapters.http.schemas import PlaceHoldBody, documented_as
 from punctual.resources import AuditPage, Hold, HoldPage
 from punctual.usecases import audit, holds
 

@@ -26,8 +26,8 @@ from starlette.types import ASGIApp, Receive, Scope, Send
 import punctual
 from punctual.adapters.http import errors
 from punctual.adapters.http.edge import Edge, parse_body, refuse_unstorable_parameters
+from punctual.adapters.http.openapi import Refusals, answers, operation_id
 from punctual.adapters.http.routes.common import get_edge, raw_body
-from punctual.adapters.http.schemas import Refusals, answers, operation_id
 from punctual.domain.runs import DefinitionState
 from punctual.errors import NotFound
 from punctual.resources import (
@@ -156,11 +156,11 @@ class HostHoldBody(BaseModel):
 
 # --------------------------------------------------------------------------- routes
 
-_GUARDED: Refusals = {401: ("unauthenticated",), 503: ("store_unavailable",)}
-_PATH: Refusals = {404: ("not_found",), 422: ("validation_error",)}
-_BODY: Refusals = {413: ("body_too_large",), 422: ("validation_error",)}
-_IN_USE: Refusals = {409: ("in_use",)}
-_DRIVER_DOWN: Refusals = {503: ("engine_unavailable",)}
+_GUARDED: Refusals = ("unauthenticated", "store_unavailable")
+_PATH: Refusals = ("not_found", "validation_error")
+_BODY: Refusals = ("body_too_large", "validation_error")
+_IN_USE: Refusals = ("in_use",)
+_DRIVER_DOWN: Refusals = ("engine_unavailable",)
 
 EdgeDep = Annotated[Edge, Depends(get_edge)]
 BodyDep = Annotated[bytes, Depends(raw_body)]
@@ -268,7 +268,7 @@ def reconcile_schedules(edge: EdgeDep) -> dict[str, Any]:
     "/holds",
     status_code=201,
     response_model=None,
-    responses=answers(201, Hold, _GUARDED, _BODY, {404: ("not_found",)}),
+    responses=answers(201, Hold, _GUARDED, _BODY, ("not_found",)),
     openapi_extra={
         "requestBody": {
             "required": True,

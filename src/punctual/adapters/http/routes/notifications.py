@@ -8,6 +8,7 @@ from fastapi import APIRouter, Depends, Query, Request, Security
 from fastapi.responses import Response
 
 from punctual.adapters.http.edge import Edge, mutate, parse_limit
+from punctual.adapters.http.openapi import LIST, MUTATION, answers
 from punctual.adapters.http.routes.common import (
     BEARER,
     IDEMPOTENCY_DOC,
@@ -18,7 +19,6 @@ from punctual.adapters.http.routes.common import (
     mutation_doc,
     raw_body,
 )
-from punctual.adapters.http.schemas import LIST, MUTATION, answers
 from punctual.resources import Notification, NotificationPage
 from punctual.usecases import notifications
 

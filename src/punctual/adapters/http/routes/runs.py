@@ -8,6 +8,7 @@ from fastapi import APIRouter, Depends, Query, Request, Security
 from fastapi.responses import Response
 
 from punctual.adapters.http.edge import Edge, mutate, parse_limit
+from punctual.adapters.http.openapi import ADMIN, LIST, MUTATION, READ, answers
 from punctual.adapters.http.routes.common import (
     BEARER,
     IDEMPOTENCY_DOC,
@@ -19,7 +20,6 @@ from punctual.adapters.http.routes.common import (
     one_of,
     raw_body,
 )
-from punctual.adapters.http.schemas import ADMIN, LIST, MUTATION, READ, answers
 from punctual.domain.runs import RunState
 from punctual.resources import Run, RunPage
 from punctual.usecases import runs

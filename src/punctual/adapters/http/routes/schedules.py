@@ -17,6 +17,7 @@ from punctual.adapters.http.edge import (
     parse_object,
     parse_whole_number,
 )
+from punctual.adapters.http.openapi import ADMIN, LIST, MUTATION, READ, VERSIONED, answers
 from punctual.adapters.http.routes.common import (
     BEARER,
     IDEMPOTENCY_DOC,
@@ -31,12 +32,7 @@ from punctual.adapters.http.routes.common import (
     whole_number,
 )
 from punctual.adapters.http.schemas import (
-    ADMIN,
-    LIST,
     MAX_SPAN_MS,
-    MUTATION,
-    READ,
-    VERSIONED,
     BackfillBody,
     CreateScheduleBody,
     PatchScheduleBody,
@@ -44,7 +40,6 @@ from punctual.adapters.http.schemas import (
     TransferBody,
     TriggerBody,
     VersionBody,
-    answers,
 )
 from punctual.domain.permissions import Principal
 from punctual.domain.starts import StartState
@@ -69,25 +64,27 @@ router = APIRouter(
 EdgeDep = Annotated[Edge, Depends(get_edge)]
 BodyDep = Annotated[bytes, Depends(raw_body)]
 
-_SPEC_REFUSALS = {
-    422: (
-        "validation_error",
-        "invalid_cron",
-        "unknown_time_zone",
-        "interval_too_short",
-        "invalid_schedule_spec",
-    )
-}
+_SPEC_REFUSALS = (
+    "validation_error",
+    "invalid_cron",
+    "unknown_time_zone",
+    "interval_too_short",
+    "invalid_schedule_spec",
+)
 # What a create or a content edit answers besides the spec's own refusals.
-_CONTENT_REFUSALS = {
-    403: ("forbidden", "workload_class_not_allowed"),
-    409: ("name_taken",),
-    413: ("input_too_large",),
-    422: ("policy_required", "unknown_workflow", "workflow_inactive", "input_invalid"),
-}
+_CONTENT_REFUSALS = (
+    "forbidden",
+    "workload_class_not_allowed",
+    "name_taken",
+    "input_too_large",
+    "policy_required",
+    "unknown_workflow",
+    "workflow_inactive",
+    "input_invalid",
+)
 # The end, count and jitter of a create or an edit (RS-9c, RS-9d).
-_BOUND_REFUSALS = {422: ("end_at_in_past", "jitter_too_large")}
-_ENDED = {409: ("invalid_state",)}
+_BOUND_REFUSALS = ("end_at_in_past", "jitter_too_large")
+_ENDED = ("invalid_state",)
 _ROLE_AND_VERSION = (ADMIN, VERSIONED)
 _StateFilter = Annotated[
     str | None, Query(json_schema_extra=documented_as(one_of([s.value for s in StartState])))
@@ -105,7 +102,7 @@ _StateFilter = Annotated[
         _SPEC_REFUSALS,
         _CONTENT_REFUSALS,
         _BOUND_REFUSALS,
-        {422: ("host_owned_field",), 429: ("quota_exceeded",)},
+        ("host_owned_field", "quota_exceeded"),
         mutation=True,
         description="The created schedule",
     ),
@@ -148,7 +145,7 @@ def get_schedule_by_name(tenant: str, name: str, request: Request, edge: EdgeDep
             _CONTENT_REFUSALS,
             _BOUND_REFUSALS,
             _ENDED,
-            {422: ("host_owned_field",), 429: ("quota_exceeded",)},
+            ("host_owned_field", "quota_exceeded"),
             mutation=True,
             description="Updated (`changed: true`, a new version and revision) or unchanged "
             "(`changed: false`); with `?dry_run=true` the plan, `{action, changed_fields}`",
@@ -237,7 +234,7 @@ def list_schedules(
         _CONTENT_REFUSALS,
         _BOUND_REFUSALS,
         _ENDED,
-        {422: ("host_owned_field",)},
+        ("host_owned_field",),
         mutation=True,
         description="The schedule; a changed spec, workflow or input is a new revision",
     ),
@@ -343,7 +340,7 @@ def delete_schedule(
         Schedule,
         MUTATION,
         *_ROLE_AND_VERSION,
-        {422: ("transfer_target_invalid",)},
+        ("transfer_target_invalid",),
         mutation=True,
         description="The schedule, `created_by` = `to`",
     ),
@@ -403,11 +400,7 @@ def trigger_schedule(
         BackfillResult,
         MUTATION,
         ADMIN,
-        {
-            422: ("backfill_range_invalid", "backfill_too_large"),
-            429: ("quota_exceeded",),
-            503: ("quota_unavailable",),
-        },
+        ("backfill_range_invalid", "backfill_too_large", "quota_exceeded", "quota_unavailable"),
         mutation=True,
         description="Every fire time of the range, in order, as the occurrence that holds it",
     ),
@@ -462,7 +455,7 @@ def list_occurrences(
         Occurrence,
         MUTATION,
         *_ROLE_AND_VERSION,
-        {409: ("already_dispatched", "invalid_state")},
+        ("already_dispatched", "invalid_state"),
         mutation=True,
         description="The occurrence, `state: canceled`",
     ),

@@ -25,6 +25,7 @@ from punctual.adapters.http.edge import (
     valid_key,
 )
 from punctual.adapters.http.errors import response_for
+from punctual.adapters.http.openapi import ADMIN, LIST, MUTATION, READ, VERSIONED, answers
 from punctual.adapters.http.routes.common import (
     BEARER,
     IDEMPOTENCY_DOC,
@@ -37,17 +38,11 @@ from punctual.adapters.http.routes.common import (
     raw_body,
 )
 from punctual.adapters.http.schemas import (
-    ADMIN,
-    LIST,
     MAX_BATCH_ITEMS,
-    MUTATION,
-    READ,
-    VERSIONED,
     BatchCreateBody,
     CancelBody,
     CreateStartBody,
     RescheduleBody,
-    answers,
     request_body_ref,
 )
 from punctual.domain.permissions import Action, require
@@ -72,35 +67,29 @@ CREATE_ROUTE = "/v1/tenants/{tenant}/scheduled-starts"
 """The single create's route, in the fingerprint of every create, batch items included."""
 
 # What a create answers, alone or as a batch item (OS-1, OS-2, OS-10, quotas).
-CREATE_REFUSALS = {
-    403: ("forbidden", "workload_class_not_allowed"),
-    413: ("input_too_large",),
-    422: (
-        "validation_error",
-        "start_at_not_timezone_aware",
-        "start_at_in_past",
-        "start_at_zone_mismatch",
-        "unknown_time_zone",
-        "unknown_workflow",
-        "workflow_inactive",
-        "input_invalid",
-        "host_owned_field",
-    ),
-    429: ("quota_exceeded",),
-    503: ("quota_unavailable",),
-}
-_TRANSITION_REFUSALS = {
-    403: ("forbidden",),
-    409: ("already_dispatched", "invalid_state"),
-}
-_START_AT_REFUSALS = {
-    422: (
-        "start_at_not_timezone_aware",
-        "start_at_in_past",
-        "start_at_zone_mismatch",
-        "unknown_time_zone",
-    )
-}
+CREATE_REFUSALS = (
+    "forbidden",
+    "workload_class_not_allowed",
+    "input_too_large",
+    "validation_error",
+    "start_at_not_timezone_aware",
+    "start_at_in_past",
+    "start_at_zone_mismatch",
+    "unknown_time_zone",
+    "unknown_workflow",
+    "workflow_inactive",
+    "input_invalid",
+    "host_owned_field",
+    "quota_exceeded",
+    "quota_unavailable",
+)
+_TRANSITION_REFUSALS = ("forbidden", "already_dispatched", "invalid_state")
+_START_AT_REFUSALS = (
+    "start_at_not_timezone_aware",
+    "start_at_in_past",
+    "start_at_zone_mismatch",
+    "unknown_time_zone",
+)
 
 
 @router.post(
@@ -136,7 +125,7 @@ def create_start(tenant: str, request: Request, edge: EdgeDep, raw: BodyDep) -> 
         BatchCreateResult,
         READ,
         ADMIN,
-        {413: ("body_too_large",), 503: ("quota_unavailable",)},
+        ("body_too_large", "quota_unavailable"),
         description="Per-item results in request order: each item's `status` and `body` are "
         "what the single create would have answered (201 and the start, an error, or 202 "
         "`in_progress`)",

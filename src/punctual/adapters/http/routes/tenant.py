@@ -8,6 +8,7 @@ from fastapi import APIRouter, Depends, Request, Security
 from fastapi.responses import Response
 
 from punctual.adapters.http.edge import Edge, mutate, parse_body, parse_limit
+from punctual.adapters.http.openapi import ADMIN, LIST, MUTATION, READ, answers
 from punctual.adapters.http.routes.common import (
     BEARER,
     IDEMPOTENCY_DOC,
@@ -17,15 +18,7 @@ from punctual.adapters.http.routes.common import (
     mutation_doc,
     raw_body,
 )
-from punctual.adapters.http.schemas import (
-    ADMIN,
-    LIST,
-    MUTATION,
-    READ,
-    MemberBody,
-    TokenBody,
-    answers,
-)
+from punctual.adapters.http.schemas import MemberBody, TokenBody
 from punctual.domain.permissions import Principal
 from punctual.resources import DefinitionPage, Finding, Health, IssuedToken, Member, TokenPage
 from punctual.usecases import definitions, health, identity

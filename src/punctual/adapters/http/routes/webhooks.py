@@ -8,6 +8,7 @@ from fastapi import APIRouter, Depends, Request, Security
 from fastapi.responses import Response
 
 from punctual.adapters.http.edge import Edge, load_json, mutate, parse_body, parse_limit
+from punctual.adapters.http.openapi import ADMIN, LIST, MUTATION, READ, answers
 from punctual.adapters.http.routes.common import (
     BEARER,
     IDEMPOTENCY_DOC,
@@ -17,15 +18,7 @@ from punctual.adapters.http.routes.common import (
     mutation_doc,
     raw_body,
 )
-from punctual.adapters.http.schemas import (
-    ADMIN,
-    LIST,
-    MUTATION,
-    READ,
-    CreateWebhookBody,
-    PatchWebhookBody,
-    answers,
-)
+from punctual.adapters.http.schemas import CreateWebhookBody, PatchWebhookBody
 from punctual.errors import PunctualError
 from punctual.resources import DeliveryPage, Queued, Webhook, WebhookPage
 from punctual.usecases import mutations, webhooks
@@ -36,7 +29,7 @@ router = APIRouter(
 EdgeDep = Annotated[Edge, Depends(get_edge)]
 BodyDep = Annotated[bytes, Depends(raw_body)]
 # Kinds and destinations a webhook may not have (API.md "Notifications and webhooks").
-_SUBSCRIPTION_REFUSALS = {422: ("webhook_url_not_allowed", "unknown_event_kind")}
+_SUBSCRIPTION_REFUSALS = ("webhook_url_not_allowed", "unknown_event_kind")
 
 
 def _screening(edge: Edge, request: Request, tenant: str, raw: bytes) -> webhooks.Screening:
