@@ -24,14 +24,12 @@ from typing import TYPE_CHECKING, Annotated, Any
 
 import typer
 
-from punctual.adapters import crypto
-from punctual.adapters.clock import SystemClock
+from punctual.cli.host import ConfigOpt, DbOpt, JsonOpt, emit, host_settings
 from punctual.errors import InvalidRequest, NotFound, PunctualError
-from punctual.settings import Settings, load_settings
-from punctual.usecases import keys
 
 if TYPE_CHECKING:
     from punctual.ports.store import Store
+    from punctual.settings import Settings
 
 keys_app = typer.Typer(
     help="Codec keys: create, activate, check, rewrap, retire.", no_args_is_help=True
@@ -39,11 +37,6 @@ keys_app = typer.Typer(
 
 KeyFileOpt = Annotated[Path, typer.Option("--key-file", help="The key ring file.")]
 KeyIdOpt = Annotated[str, typer.Option("--id", help="The key id.")]
-ConfigOpt = Annotated[str | None, typer.Option("--config", help="TOML configuration file.")]
-DbOpt = Annotated[
-    str | None, typer.Option("--database-url", help="Overrides database_url.", show_default=False)
-]
-JsonOpt = Annotated[bool, typer.Option("--json", help="Machine-readable output.")]
 
 
 @contextmanager
@@ -57,10 +50,6 @@ def _json_error(as_json: bool) -> Iterator[None]:
             error = {"code": exc.code, "message": str(exc), "details": exc.details}
             typer.echo(json.dumps({"error": error}, indent=2))
         raise
-
-
-def _emit(data: Any, as_json: bool, human: str) -> None:
-    typer.echo(json.dumps(data, indent=2) if as_json else human)
 
 
 @contextmanager
@@ -85,6 +74,8 @@ def create(
     as_json: JsonOpt = False,
 ) -> None:
     """Write a new key ring, or add a key (not active) to an existing one."""
+    from punctual.adapters import crypto
+
     with _json_error(as_json):
         existed = key_file.exists()
         material = None
@@ -98,7 +89,7 @@ def create(
     human = f"codec key {created} {action} {key_file}"
     if existed:
         human += f" (not active; the file's active key stays {ring.active})"
-    _emit(
+    emit(
         {"key_id": created, "key_file": str(key_file), "active": ring.active == created},
         as_json,
         human,
@@ -113,8 +104,12 @@ def activate(
     database_url: DbOpt = None,
 ) -> None:
     """Make KEY the active key, recorded in the store; refused while a live process lacks it."""
+    from punctual.adapters import crypto
+    from punctual.adapters.clock import SystemClock
+    from punctual.usecases import keys
+
     with _json_error(as_json):
-        settings = load_settings(config, database_url=database_url)
+        settings = host_settings(config, database_url)
         crypto.check_key_id(key_id)
         with _store(settings) as store:
             done = keys.activate(
@@ -128,7 +123,7 @@ def activate(
             f"{len(done.live)} live process(es) switch within "
             f"{settings.codec.refresh_seconds:g} s"
         )
-    _emit(
+    emit(
         {
             "key_id": done.key_id,
             "previous": done.previous,
@@ -149,17 +144,23 @@ def check(
     database_url: DbOpt = None,
 ) -> None:
     """Each key id: what stored values still need it and which live processes hold it."""
+    from punctual.adapters import crypto
+    from punctual.adapters.clock import SystemClock
+    from punctual.usecases import keys
+
     with _json_error(as_json):
-        settings = load_settings(config, database_url=database_url)
+        settings = host_settings(config, database_url)
         ring = list(crypto.read_ring(key_file).keys) if key_file is not None else None
         with _store(settings) as store:
             report = keys.key_check(
                 store, settings.codec.liveness_seconds, SystemClock().now(), ring
             )
-    _emit(report, as_json, _check_text(report))
+    emit(report, as_json, _check_text(report))
 
 
 def _check_text(report: dict[str, Any]) -> str:
+    from punctual.usecases import keys
+
     active = report["active_key_id"]
     lines = [f"active key: {active}" if active else "active key: none recorded in the store"]
     for key in report["keys"]:
@@ -190,8 +191,10 @@ def rewrap(
     database_url: DbOpt = None,
 ) -> None:
     """Seal stored input and webhook URLs and secrets again with the active key."""
+    from punctual.usecases import keys
+
     with _json_error(as_json):
-        settings = load_settings(config, database_url=database_url)
+        settings = host_settings(config, database_url)
         from punctual import bootstrap
 
         system = bootstrap.build(settings)
@@ -217,7 +220,7 @@ def rewrap(
         lines.append(
             f"{key_id} is still needed by {', '.join(keys.needed_by(counts))}; run rewrap again"
         )
-    _emit(report.view(), as_json, "\n".join(lines))
+    emit(report.view(), as_json, "\n".join(lines))
 
 
 @keys_app.command("retire")
@@ -229,8 +232,12 @@ def retire(
     database_url: DbOpt = None,
 ) -> None:
     """Remove KEY from the key file; refused while it is active or anything needs it."""
+    from punctual.adapters import crypto
+    from punctual.adapters.clock import SystemClock
+    from punctual.usecases import keys
+
     with _json_error(as_json):
-        settings = load_settings(config, database_url=database_url)
+        settings = host_settings(config, database_url)
         crypto.check_key_id(key_id)
         if key_id not in crypto.read_ring(key_file).keys:
             raise NotFound(f"codec key {key_id!r} is not in {key_file}")
@@ -239,7 +246,7 @@ def retire(
                 store, key_id, settings.codec.liveness_seconds, SystemClock().now()
             )
         crypto.remove_key(key_file, key_id, store_active)
-    _emit(
+    emit(
         {"key_id": key_id, "key_file": str(key_file), "retired": True},
         as_json,
         f"codec key {key_id} removed from {key_file}; remove it from every other key file "

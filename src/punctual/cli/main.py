@@ -19,7 +19,6 @@ without it.
 
 from __future__ import annotations
 
-import json
 import logging
 import os
 import signal
@@ -28,10 +27,11 @@ import sys
 import threading
 import time
 from contextlib import ExitStack
-from typing import TYPE_CHECKING, Annotated, Any
+from typing import TYPE_CHECKING, Annotated
 
 import typer
 
+from punctual.cli.host import ConfigOpt, DbOpt, JsonOpt, emit, host_settings
 from punctual.cli.keys import keys_app
 from punctual.cli.retention import retention_app
 from punctual.cli.schedules import schedules_app
@@ -39,11 +39,10 @@ from punctual.cli.startup import Commands, importable_from_cwd, listen
 from punctual.cli.tenant import health_app, members_app, runs_app, starts_app, tokens_app
 from punctual.domain.permissions import Role
 from punctual.domain.runs import DefinitionState
-from punctual.settings import Settings, load_settings
-from punctual.usecases import definitions, identity
 
 if TYPE_CHECKING:
     from punctual.bootstrap import Punctual
+    from punctual.settings import Settings
 
 app = typer.Typer(
     cls=Commands,
@@ -65,11 +64,6 @@ app.add_typer(members_app, name="members")
 app.add_typer(keys_app, name="keys")
 app.add_typer(retention_app, name="retention")
 
-ConfigOpt = Annotated[str | None, typer.Option("--config", help="TOML configuration file.")]
-DbOpt = Annotated[
-    str | None, typer.Option("--database-url", help="Overrides database_url.", show_default=False)
-]
-JsonOpt = Annotated[bool, typer.Option("--json", help="Machine-readable output.")]
 AppHelp = "The workflows, as module:attr (a module of the current directory works too)."
 
 log = logging.getLogger("punctual")
@@ -84,14 +78,6 @@ def _configure_logging() -> None:
     # Alembic's own INFO lines (plugins, each migration step) are noise beside punctual's
     # event=schema_created; its warnings still show.
     logging.getLogger("alembic").setLevel(logging.WARNING)
-
-
-def _settings(config: str | None, database_url: str | None, **extra: Any) -> Settings:
-    return load_settings(config, database_url=database_url, **extra)
-
-
-def _emit(data: Any, as_json: bool, human: str) -> None:
-    typer.echo(json.dumps(data, indent=2) if as_json else human)
 
 
 @app.command()
@@ -123,7 +109,7 @@ def serve(
     if workers > 1:
         _serve_api_processes(config, database_url, host, port, workers, wanted, dev_token)
         return
-    settings = _settings(config, database_url)
+    settings = host_settings(config, database_url)
     with ExitStack() as sockets:
         # The configuration, the ports and the engine are checked before the database is
         # touched, the cheapest first; each refusal is one line (SPEC OP-1).
@@ -177,7 +163,7 @@ def _serve_api_processes(
     if wanted != {"api"}:
         typer.echo("error: --workers needs --components api", err=True)
         raise typer.Exit(2)
-    settings = _settings(config, database_url)
+    settings = host_settings(config, database_url)
     with ExitStack() as sockets:
         api = sockets.enter_context(listen(host, port, "--port"))
         internal = _listen_internal(settings)
@@ -246,6 +232,8 @@ def _serve_internal(system: Punctual, sock: socket.socket) -> None:
 
 def _bootstrap_default_tenant(system: Punctual, dev_token: str | None) -> None:
     """First start: tenant ``default`` with an admin token (``--dev-token`` or a new one)."""
+    from punctual.usecases import identity
+
     issued = identity.bootstrap_default_tenant(system.services, dev_token)
     if issued is not None:
         typer.echo(f"admin token: {issued.token}")
@@ -281,7 +269,7 @@ def worker(
     if engine not in (None, "local", "temporal"):
         typer.echo(f"error: --engine must be local or temporal, not {engine!r}", err=True)
         raise typer.Exit(2)
-    settings = _settings(config, database_url)
+    settings = host_settings(config, database_url)
     if engine is not None and engine != settings.engine:
         settings = settings.model_copy(update={"engine": engine})
     from punctual import bootstrap
@@ -299,7 +287,7 @@ def worker(
 @db_app.command("upgrade")
 def db_upgrade(config: ConfigOpt = None, database_url: DbOpt = None) -> None:
     """Migrate the database to this version's schema."""
-    settings = _settings(config, database_url)
+    settings = host_settings(config, database_url)
     from punctual import bootstrap
 
     before, after = bootstrap.upgrade_schema(settings)
@@ -316,12 +304,14 @@ def tokens_create(
     database_url: DbOpt = None,
 ) -> None:
     """Create a tenant member if needed and print a new token for it."""
+    from punctual.usecases import identity
+
     system = _system(config, database_url)
     try:
         issued = identity.ensure_member_token(system.services, tenant, subject, role)
     finally:
         system.close()
-    _emit(
+    emit(
         {"token": issued.token, "id": issued.id, "tenant": tenant, "subject": subject},
         as_json,
         issued.token,
@@ -329,7 +319,7 @@ def tokens_create(
 
 
 def _system(config: str | None, database_url: str | None) -> Punctual:
-    settings = _settings(config, database_url)  # a configuration error costs no assembly
+    settings = host_settings(config, database_url)  # a configuration error costs no assembly
     from punctual import bootstrap
 
     return bootstrap.build(settings)
@@ -340,6 +330,8 @@ def definitions_list(
     as_json: JsonOpt = False, config: ConfigOpt = None, database_url: DbOpt = None
 ) -> None:
     """List every workflow version, its state and whether a live worker has it loaded."""
+    from punctual.usecases import definitions
+
     system = _system(config, database_url)
     try:
         items = definitions.list_definitions(system.services)
@@ -350,7 +342,7 @@ def definitions_list(
         f"{'loaded' if d['loaded'] else '-':<7} {d['artifact']}"
         for d in items
     ]
-    _emit(items, as_json, "\n".join(lines) or "no definitions yet")
+    emit(items, as_json, "\n".join(lines) or "no definitions yet")
 
 
 def _lifecycle(
@@ -361,12 +353,14 @@ def _lifecycle(
     database_url: str | None,
     as_json: bool,
 ) -> None:
+    from punctual.usecases import definitions
+
     system = _system(config, database_url)
     try:
         updated = definitions.set_lifecycle(system.services, name, version, state)
     finally:
         system.close()
-    _emit(
+    emit(
         {"name": updated.name, "version": updated.version, "state": updated.state},
         as_json,
         f"{updated.name} {updated.version} is {updated.state}",
@@ -414,6 +408,8 @@ def definitions_check(
     as_json: JsonOpt = False, config: ConfigOpt = None, database_url: DbOpt = None
 ) -> None:
     """Deployment preflight: what each version is still needed by."""
+    from punctual.usecases import definitions
+
     system = _system(config, database_url)
     try:
         report = definitions.check(system.services)
@@ -430,7 +426,7 @@ def definitions_check(
         f"{'; '.join(key['needed_by']) or 'not needed'}"
         for key in keys
     ]
-    _emit({"definitions": report, "codec_keys": keys}, as_json, "\n".join(lines))
+    emit({"definitions": report, "codec_keys": keys}, as_json, "\n".join(lines))
 
 
 def main() -> None:

@@ -16,8 +16,10 @@ Exit codes (API.md): 0 success, 1 the health report is unhealthy, 2 usage or val
 
 from __future__ import annotations
 
+import functools
+import inspect
 import json
-from collections.abc import Iterable, Iterator, Sequence
+from collections.abc import Callable, Iterable, Iterator, Sequence
 from contextlib import contextmanager
 from dataclasses import dataclass
 from datetime import UTC, datetime
@@ -104,6 +106,49 @@ class Remote:
         if not self.token:
             fail(EXIT_NOT_ALLOWED, "not authenticated: pass --token or set PUNCTUAL_TOKEN")
         return PunctualClient(self.url, self.token, self.tenant)
+
+
+TenantCommand = Callable[..., None]
+
+_KEYWORD = inspect.Parameter.KEYWORD_ONLY
+_SHARED = (
+    inspect.Parameter("as_json", _KEYWORD, default=False, annotation=JsonOpt),
+    inspect.Parameter("url", _KEYWORD, default=DEFAULT_URL, annotation=UrlOpt),
+    inspect.Parameter("token", _KEYWORD, default=None, annotation=TokenOpt),
+    inspect.Parameter("tenant", _KEYWORD, default="default", annotation=TenantOpt),
+)
+
+
+def tenant_command(
+    register: Callable[[TenantCommand], TenantCommand],
+) -> Callable[[TenantCommand], TenantCommand]:
+    """Registers a tenant command with ``register`` (``app.command(name)`` or
+    ``app.callback()``), adding the options every tenant command shares, declared here once:
+    ``--json``, ``--url``, ``--token`` and ``--tenant``. The command itself takes
+    ``remote: Remote`` and ``as_json: bool`` in their place (a command may declare its own
+    ``--json`` option instead, to say what it prints)."""
+
+    def decorate(command: TenantCommand) -> TenantCommand:
+        own = [
+            parameter
+            for parameter in inspect.signature(command, eval_str=True).parameters.values()
+            if parameter.name != "remote"
+            and not (parameter.name == "as_json" and parameter.annotation is bool)
+        ]
+        names = {parameter.name for parameter in own}
+
+        @functools.wraps(command)
+        def with_shared_options(**options: Any) -> None:
+            remote = Remote(options.pop("url"), options.pop("token"), options.pop("tenant"))
+            command(remote=remote, **options)
+
+        parameters = [*own, *(p for p in _SHARED if p.name not in names)]
+        with_shared_options.__signature__ = inspect.Signature(parameters)  # type: ignore[attr-defined]
+        with_shared_options.__annotations__ = {p.name: p.annotation for p in parameters}
+        register(with_shared_options)
+        return command
+
+    return decorate
 
 
 def fail(code: int, message: str) -> NoReturn:

@@ -13,11 +13,10 @@ from typing import Annotated, Any
 
 import typer
 
+from punctual.cli.host import ConfigOpt, DbOpt, JsonOpt, host_settings
 from punctual.domain.retention import RecordKind
 from punctual.domain.timeutil import to_rfc3339
 from punctual.errors import NotFound
-from punctual.settings import load_settings
-from punctual.usecases import retention
 
 retention_app = typer.Typer(help="Retention of terminal records (dry run).", no_args_is_help=True)
 
@@ -25,15 +24,14 @@ retention_app = typer.Typer(help="Retention of terminal records (dry run).", no_
 @retention_app.command("plan")
 def plan(
     tenant: Annotated[str | None, typer.Option(help="Only this tenant.")] = None,
-    as_json: Annotated[bool, typer.Option("--json", help="Machine-readable output.")] = False,
-    config: Annotated[str | None, typer.Option("--config", help="TOML configuration file.")] = None,
-    database_url: Annotated[
-        str | None, typer.Option("--database-url", help="Overrides database_url.")
-    ] = None,
+    as_json: JsonOpt = False,
+    config: ConfigOpt = None,
+    database_url: DbOpt = None,
 ) -> None:
     """Print what the next sweep would remove, per tenant and kind, removing nothing."""
-    settings = load_settings(config, database_url=database_url)
+    settings = host_settings(config, database_url)
     from punctual import bootstrap  # inside, after the settings: see punctual.cli.main
+    from punctual.usecases import retention
 
     system = bootstrap.build(settings)
     try:

@@ -13,16 +13,11 @@ import typer
 
 from punctual.cli import apply
 from punctual.cli.remote import (
-    DEFAULT_URL,
     EXIT_INVALID,
     CursorOpt,
-    JsonOpt,
     KeyOpt,
     LimitOpt,
     Remote,
-    TenantOpt,
-    TokenOpt,
-    UrlOpt,
     VersionOpt,
     block,
     emit,
@@ -33,6 +28,7 @@ from punctual.cli.remote import (
     parse_json,
     session,
     table,
+    tenant_command,
     when,
 )
 from punctual.resources import CronSpec, Fire, Occurrence, Schedule
@@ -152,8 +148,10 @@ StartsAtOpt = Annotated[
 ]
 
 
-@schedules_app.command("create")
+@tenant_command(schedules_app.command("create"))
 def schedules_create(
+    remote: Remote,
+    as_json: bool,
     name: Annotated[str, typer.Option(help="Unique among the tenant's schedules.")],
     workflow: Annotated[str, typer.Option(help="Workflow name.")],
     overlap: Annotated[str, typer.Option(help="skip, buffer_one or allow_all (required).")],
@@ -190,16 +188,12 @@ def schedules_create(
         int | None, typer.Option(help="Delay each fire by up to this much.", show_default=False)
     ] = None,
     idempotency_key: KeyOpt = None,
-    as_json: JsonOpt = False,
-    url: UrlOpt = DEFAULT_URL,
-    token: TokenOpt = None,
-    tenant: TenantOpt = "default",
 ) -> None:
     """Create a recurring schedule (cron in a time zone, or an interval); you are its creator."""
     spec = spec_of(cron, time_zone, dst_gap, dst_overlap, interval_ms, starts_at)
     payload = parse_json(input_json, "--input")
     policy = parse_json(regression, "--regression") if regression is not None else None
-    with session(Remote(url, token, tenant), as_json) as client:
+    with session(remote, as_json) as client:
         schedule = client.create_schedule(
             name=name,
             workflow=workflow,
@@ -222,31 +216,27 @@ def schedules_create(
     emit(schedule, as_json, schedule_block(schedule))
 
 
-@schedules_app.command("get")
+@tenant_command(schedules_app.command("get"))
 def schedules_get(
+    remote: Remote,
+    as_json: bool,
     schedule_id: ScheduleIdArg,
-    as_json: JsonOpt = False,
-    url: UrlOpt = DEFAULT_URL,
-    token: TokenOpt = None,
-    tenant: TenantOpt = "default",
 ) -> None:
     """Show one schedule with its next fire times."""
-    with session(Remote(url, token, tenant), as_json) as client:
+    with session(remote, as_json) as client:
         schedule = client.get_schedule(schedule_id)
     emit(schedule, as_json, schedule_block(schedule))
 
 
-@schedules_app.command("list")
+@tenant_command(schedules_app.command("list"))
 def schedules_list(
+    remote: Remote,
+    as_json: bool,
     limit: LimitOpt = None,
     cursor: CursorOpt = None,
-    as_json: JsonOpt = False,
-    url: UrlOpt = DEFAULT_URL,
-    token: TokenOpt = None,
-    tenant: TenantOpt = "default",
 ) -> None:
     """List the tenant's schedules with their next fire times."""
-    with session(Remote(url, token, tenant), as_json) as client:
+    with session(remote, as_json) as client:
         page = client.list_schedules(limit=limit, cursor=cursor)
     lines = [schedule_line(s) for s in page.items]
     emit(page, as_json, table(lines, page.next_cursor, "no schedules"))
@@ -269,46 +259,40 @@ def _toggle(
     emit(schedule, as_json, f"{schedule.name} is {schedule.state} (version {schedule.version})")
 
 
-@schedules_app.command("pause")
+@tenant_command(schedules_app.command("pause"))
 def schedules_pause(
+    remote: Remote,
+    as_json: bool,
     schedule_id: ScheduleIdArg,
     version: VersionOpt = None,
     idempotency_key: KeyOpt = None,
-    as_json: JsonOpt = False,
-    url: UrlOpt = DEFAULT_URL,
-    token: TokenOpt = None,
-    tenant: TenantOpt = "default",
 ) -> None:
     """Stop generating occurrences (queued ones still run); the cursor is kept."""
-    _toggle(schedule_id, False, version, idempotency_key, as_json, Remote(url, token, tenant))
+    _toggle(schedule_id, False, version, idempotency_key, as_json, remote)
 
 
-@schedules_app.command("resume")
+@tenant_command(schedules_app.command("resume"))
 def schedules_resume(
+    remote: Remote,
+    as_json: bool,
     schedule_id: ScheduleIdArg,
     version: VersionOpt = None,
     idempotency_key: KeyOpt = None,
-    as_json: JsonOpt = False,
-    url: UrlOpt = DEFAULT_URL,
-    token: TokenOpt = None,
-    tenant: TenantOpt = "default",
 ) -> None:
     """Generate again; what was missed while paused follows the schedule's missed policy."""
-    _toggle(schedule_id, True, version, idempotency_key, as_json, Remote(url, token, tenant))
+    _toggle(schedule_id, True, version, idempotency_key, as_json, remote)
 
 
-@schedules_app.command("delete")
+@tenant_command(schedules_app.command("delete"))
 def schedules_delete(
+    remote: Remote,
+    as_json: bool,
     schedule_id: ScheduleIdArg,
     version: VersionOpt = None,
     idempotency_key: KeyOpt = None,
-    as_json: JsonOpt = False,
-    url: UrlOpt = DEFAULT_URL,
-    token: TokenOpt = None,
-    tenant: TenantOpt = "default",
 ) -> None:
     """Delete a schedule: its unstarted occurrences are canceled, runs are left alone."""
-    with session(Remote(url, token, tenant), as_json) as client:
+    with session(remote, as_json) as client:
         current = version if version is not None else client.get_schedule(schedule_id).version
         client.delete_schedule(
             schedule_id, version=current, idempotency_key=mutation_key(idempotency_key, current)
@@ -316,26 +300,26 @@ def schedules_delete(
     emit(None, as_json, f"schedule {schedule_id} deleted")
 
 
-@schedules_app.command("occurrences")
+@tenant_command(schedules_app.command("occurrences"))
 def schedules_occurrences(
+    remote: Remote,
+    as_json: bool,
     schedule_id: ScheduleIdArg,
     state: Annotated[str | None, typer.Option(help="Only this state.")] = None,
     limit: LimitOpt = None,
     cursor: CursorOpt = None,
-    as_json: JsonOpt = False,
-    url: UrlOpt = DEFAULT_URL,
-    token: TokenOpt = None,
-    tenant: TenantOpt = "default",
 ) -> None:
     """A schedule's occurrences and skipped ranges, in generation order."""
-    with session(Remote(url, token, tenant), as_json) as client:
+    with session(remote, as_json) as client:
         page = client.list_occurrences(schedule_id, state=state, limit=limit, cursor=cursor)
     lines = [occurrence_line(o) for o in page.items]
     emit(page, as_json, table(lines, page.next_cursor, "no occurrences"))
 
 
-@schedules_app.command("preview")
+@tenant_command(schedules_app.command("preview"))
 def schedules_preview(
+    remote: Remote,
+    as_json: bool,
     cron: CronOpt = None,
     time_zone: TimeZoneOpt = None,
     dst_gap: DstGapOpt = None,
@@ -347,14 +331,10 @@ def schedules_preview(
         typer.Option("--from", help="Fire times strictly after this instant (default now)."),
     ] = None,
     count: Annotated[int | None, typer.Option(help="How many, 1-100 (default 10).")] = None,
-    as_json: JsonOpt = False,
-    url: UrlOpt = DEFAULT_URL,
-    token: TokenOpt = None,
-    tenant: TenantOpt = "default",
 ) -> None:
     """The fire times a spec gives, with DST adjustments, before creating it."""
     spec = spec_of(cron, time_zone, dst_gap, dst_overlap, interval_ms, starts_at)
-    with session(Remote(url, token, tenant), as_json) as client:
+    with session(remote, as_json) as client:
         preview = client.preview_schedule(**spec, after=after, count=count)
     emit(preview, as_json, table([fire_line(f) for f in preview.items], None, "no fire times"))
 
@@ -365,26 +345,26 @@ OverlapOpt = Annotated[
 ]
 
 
-@schedules_app.command("trigger")
+@tenant_command(schedules_app.command("trigger"))
 def schedules_trigger(
+    remote: Remote,
+    as_json: bool,
     schedule_id: ScheduleIdArg,
     overlap: OverlapOpt = None,
     idempotency_key: KeyOpt = None,
-    as_json: JsonOpt = False,
-    url: UrlOpt = DEFAULT_URL,
-    token: TokenOpt = None,
-    tenant: TenantOpt = "default",
 ) -> None:
     """Fire once now (also while paused or ended); the schedule's version stays."""
-    with session(Remote(url, token, tenant), as_json) as client:
+    with session(remote, as_json) as client:
         occurrence = client.trigger_schedule(
             schedule_id, overlap=overlap, idempotency_key=mutation_key(idempotency_key)
         )
     emit(occurrence, as_json, occurrence_line(occurrence))
 
 
-@schedules_app.command("backfill")
+@tenant_command(schedules_app.command("backfill"))
 def schedules_backfill(
+    remote: Remote,
+    as_json: bool,
     schedule_id: ScheduleIdArg,
     after: Annotated[
         str,
@@ -393,13 +373,9 @@ def schedules_backfill(
     to: Annotated[str, typer.Option(help="...up to this instant, included.", show_default=False)],
     overlap: OverlapOpt = None,
     idempotency_key: KeyOpt = None,
-    as_json: JsonOpt = False,
-    url: UrlOpt = DEFAULT_URL,
-    token: TokenOpt = None,
-    tenant: TenantOpt = "default",
 ) -> None:
     """Generate the fire times of (from, to] that have no live or finished occurrence."""
-    with session(Remote(url, token, tenant), as_json) as client:
+    with session(remote, as_json) as client:
         result = client.backfill_schedule(
             schedule_id,
             after=after,
@@ -411,8 +387,9 @@ def schedules_backfill(
     emit(result, as_json, lines + [occurrence_line(o) for o in result.items])
 
 
-@schedules_app.command("apply")
+@tenant_command(schedules_app.command("apply"))
 def schedules_apply(
+    remote: Remote,
     path: Annotated[
         Path, typer.Argument(metavar="FILE", help="A TOML file of schedules.", show_default=False)
     ],
@@ -425,14 +402,11 @@ def schedules_apply(
     ] = False,
     yes: Annotated[bool, typer.Option("--yes", help="Confirm the deletes of --prune.")] = False,
     as_json: Annotated[bool, typer.Option("--json", help="Print the plan as JSON.")] = False,
-    url: UrlOpt = DEFAULT_URL,
-    token: TokenOpt = None,
-    tenant: TenantOpt = "default",
 ) -> None:
     """Make the tenant's schedules match a file: create, update, leave alone, and with
     --prune --yes delete. Applying the same file twice changes nothing the second time."""
     schedule_file = apply.read_file(path)
-    with session(Remote(url, token, tenant), as_json) as client:
+    with session(remote, as_json) as client:
         steps = apply.plan(client, schedule_file, prune)
         confirmed = dry_run or not prune or yes
         if not as_json:

@@ -10,16 +10,11 @@ from typing import Annotated
 import typer
 
 from punctual.cli.remote import (
-    DEFAULT_URL,
     EXIT_UNHEALTHY,
     CursorOpt,
-    JsonOpt,
     KeyOpt,
     LimitOpt,
     Remote,
-    TenantOpt,
-    TokenOpt,
-    UrlOpt,
     VersionOpt,
     block,
     emit,
@@ -29,6 +24,7 @@ from punctual.cli.remote import (
     parse_json,
     session,
     table,
+    tenant_command,
     when,
 )
 from punctual.resources import Finding, Health, Run, Start
@@ -85,8 +81,10 @@ def start_block(start: Start) -> list[str]:
     )
 
 
-@starts_app.command("create")
+@tenant_command(starts_app.command("create"))
 def starts_create(
+    remote: Remote,
+    as_json: bool,
     workflow: Annotated[str, typer.Option(help="Workflow name.", show_default=False)],
     start_at: Annotated[
         str, typer.Option(help="RFC 3339 instant with its UTC offset.", show_default=False)
@@ -106,15 +104,11 @@ def starts_create(
     ] = None,
     traceparent: Annotated[str | None, typer.Option(help="W3C trace context.")] = None,
     idempotency_key: KeyOpt = None,
-    as_json: JsonOpt = False,
-    url: UrlOpt = DEFAULT_URL,
-    token: TokenOpt = None,
-    tenant: TenantOpt = "default",
 ) -> None:
     """Schedule one run of a workflow at an instant."""
     payload = parse_json(input_json, "--input")
     attributes = pairs(attribute, "--attribute")
-    with session(Remote(url, token, tenant), as_json) as client:
+    with session(remote, as_json) as client:
         start = client.create_start(
             workflow=workflow,
             input=payload,
@@ -129,34 +123,30 @@ def starts_create(
     emit(start, as_json, start_block(start))
 
 
-@starts_app.command("get")
+@tenant_command(starts_app.command("get"))
 def starts_get(
+    remote: Remote,
+    as_json: bool,
     start_id: StartIdArg,
-    as_json: JsonOpt = False,
-    url: UrlOpt = DEFAULT_URL,
-    token: TokenOpt = None,
-    tenant: TenantOpt = "default",
 ) -> None:
     """Show one scheduled start."""
-    with session(Remote(url, token, tenant), as_json) as client:
+    with session(remote, as_json) as client:
         start = client.get_start(start_id)
     emit(start, as_json, start_block(start))
 
 
-@starts_app.command("list")
+@tenant_command(starts_app.command("list"))
 def starts_list(
+    remote: Remote,
+    as_json: bool,
     state: Annotated[str | None, typer.Option(help="Only this state.")] = None,
     workflow: Annotated[str | None, typer.Option(help="Only this workflow.")] = None,
     business_request_id: Annotated[str | None, typer.Option(help="Only this request.")] = None,
     limit: LimitOpt = None,
     cursor: CursorOpt = None,
-    as_json: JsonOpt = False,
-    url: UrlOpt = DEFAULT_URL,
-    token: TokenOpt = None,
-    tenant: TenantOpt = "default",
 ) -> None:
     """List the tenant's scheduled starts, a page at a time."""
-    with session(Remote(url, token, tenant), as_json) as client:
+    with session(remote, as_json) as client:
         page = client.list_starts(
             state=state,
             workflow=workflow,
@@ -167,19 +157,17 @@ def starts_list(
     emit(page, as_json, table([start_line(s) for s in page.items], page.next_cursor, "no starts"))
 
 
-@starts_app.command("cancel")
+@tenant_command(starts_app.command("cancel"))
 def starts_cancel(
+    remote: Remote,
+    as_json: bool,
     start_id: StartIdArg,
     version: VersionOpt = None,
     reason: Annotated[str | None, typer.Option(help="Why, for the record.")] = None,
     idempotency_key: KeyOpt = None,
-    as_json: JsonOpt = False,
-    url: UrlOpt = DEFAULT_URL,
-    token: TokenOpt = None,
-    tenant: TenantOpt = "default",
 ) -> None:
     """Cancel a start that has not been dispatched."""
-    with session(Remote(url, token, tenant), as_json) as client:
+    with session(remote, as_json) as client:
         current = version if version is not None else client.get_start(start_id).version
         start = client.cancel_start(
             start_id,
@@ -190,8 +178,10 @@ def starts_cancel(
     emit(start, as_json, start_block(start))
 
 
-@starts_app.command("reschedule")
+@tenant_command(starts_app.command("reschedule"))
 def starts_reschedule(
+    remote: Remote,
+    as_json: bool,
     start_id: StartIdArg,
     start_at: Annotated[
         str, typer.Option(help="The new RFC 3339 instant with its offset.", show_default=False)
@@ -199,13 +189,9 @@ def starts_reschedule(
     time_zone: Annotated[str | None, typer.Option(help="IANA zone, kept for display.")] = None,
     version: VersionOpt = None,
     idempotency_key: KeyOpt = None,
-    as_json: JsonOpt = False,
-    url: UrlOpt = DEFAULT_URL,
-    token: TokenOpt = None,
-    tenant: TenantOpt = "default",
 ) -> None:
     """Move a start that has not been dispatched to another instant."""
-    with session(Remote(url, token, tenant), as_json) as client:
+    with session(remote, as_json) as client:
         current = version if version is not None else client.get_start(start_id).version
         start = client.reschedule_start(
             start_id,
@@ -249,22 +235,22 @@ def run_block(run: Run) -> list[str]:
     )
 
 
-@runs_app.command("get")
+@tenant_command(runs_app.command("get"))
 def runs_get(
+    remote: Remote,
+    as_json: bool,
     run_id: RunIdArg,
-    as_json: JsonOpt = False,
-    url: UrlOpt = DEFAULT_URL,
-    token: TokenOpt = None,
-    tenant: TenantOpt = "default",
 ) -> None:
     """Show one run: its state, result or error."""
-    with session(Remote(url, token, tenant), as_json) as client:
+    with session(remote, as_json) as client:
         run = client.get_run(run_id)
     emit(run, as_json, run_block(run))
 
 
-@runs_app.command("list")
+@tenant_command(runs_app.command("list"))
 def runs_list(
+    remote: Remote,
+    as_json: bool,
     workflow: Annotated[str | None, typer.Option(help="Only this workflow.")] = None,
     state: Annotated[str | None, typer.Option(help="Only this state.")] = None,
     origin_id: Annotated[
@@ -272,45 +258,37 @@ def runs_list(
     ] = None,
     limit: LimitOpt = None,
     cursor: CursorOpt = None,
-    as_json: JsonOpt = False,
-    url: UrlOpt = DEFAULT_URL,
-    token: TokenOpt = None,
-    tenant: TenantOpt = "default",
 ) -> None:
     """List the tenant's runs, a page at a time."""
-    with session(Remote(url, token, tenant), as_json) as client:
+    with session(remote, as_json) as client:
         page = client.list_runs(
             workflow=workflow, state=state, origin_id=origin_id, limit=limit, cursor=cursor
         )
     emit(page, as_json, table([run_line(r) for r in page.items], page.next_cursor, "no runs"))
 
 
-@runs_app.command("cancel")
+@tenant_command(runs_app.command("cancel"))
 def runs_cancel(
+    remote: Remote,
+    as_json: bool,
     run_id: RunIdArg,
     idempotency_key: KeyOpt = None,
-    as_json: JsonOpt = False,
-    url: UrlOpt = DEFAULT_URL,
-    token: TokenOpt = None,
-    tenant: TenantOpt = "default",
 ) -> None:
     """Ask a run to stop (cooperative: the workflow sees the request)."""
-    with session(Remote(url, token, tenant), as_json) as client:
+    with session(remote, as_json) as client:
         run = client.cancel_run(run_id, idempotency_key=mutation_key(idempotency_key))
     emit(run, as_json, run_block(run))
 
 
-@runs_app.command("terminate")
+@tenant_command(runs_app.command("terminate"))
 def runs_terminate(
+    remote: Remote,
+    as_json: bool,
     run_id: RunIdArg,
     idempotency_key: KeyOpt = None,
-    as_json: JsonOpt = False,
-    url: UrlOpt = DEFAULT_URL,
-    token: TokenOpt = None,
-    tenant: TenantOpt = "default",
 ) -> None:
     """Stop a run at once; it is recorded terminated."""
-    with session(Remote(url, token, tenant), as_json) as client:
+    with session(remote, as_json) as client:
         run = client.terminate_run(run_id, idempotency_key=mutation_key(idempotency_key))
     emit(run, as_json, run_block(run))
 
@@ -342,35 +320,31 @@ def health_lines(report: Health) -> list[str]:
     return lines + [finding_line(f) for f in report.findings]
 
 
-@health_app.callback()
+@tenant_command(health_app.callback())
 def health_report(
+    remote: Remote,
+    as_json: bool,
     ctx: typer.Context,
-    as_json: JsonOpt = False,
-    url: UrlOpt = DEFAULT_URL,
-    token: TokenOpt = None,
-    tenant: TenantOpt = "default",
 ) -> None:
     """The tenant's health report; exits 1 when it is degraded."""
     if ctx.invoked_subcommand is not None:
         return
-    with session(Remote(url, token, tenant), as_json) as client:
+    with session(remote, as_json) as client:
         report = client.health()
     emit(report, as_json, health_lines(report))
     if report.status != "ok":
         raise typer.Exit(EXIT_UNHEALTHY)
 
 
-@health_app.command("acknowledge")
+@tenant_command(health_app.command("acknowledge"))
 def health_acknowledge(
+    remote: Remote,
+    as_json: bool,
     finding_id: Annotated[str, typer.Argument(help="The finding's id.", show_default=False)],
     idempotency_key: KeyOpt = None,
-    as_json: JsonOpt = False,
-    url: UrlOpt = DEFAULT_URL,
-    token: TokenOpt = None,
-    tenant: TenantOpt = "default",
 ) -> None:
     """Acknowledge a finding: it stays listed and no longer degrades the report."""
-    with session(Remote(url, token, tenant), as_json) as client:
+    with session(remote, as_json) as client:
         finding = client.acknowledge_finding(
             finding_id, idempotency_key=mutation_key(idempotency_key)
         )
@@ -380,56 +354,50 @@ def health_acknowledge(
 # --------------------------------------------------------------------------- members
 
 
-@members_app.command("add")
+@tenant_command(members_app.command("add"))
 def members_add(
+    remote: Remote,
+    as_json: bool,
     subject: Annotated[str, typer.Option(help="The member's name.", show_default=False)],
     role: Annotated[str, typer.Option(help="admin, member or viewer.", show_default=False)],
     idempotency_key: KeyOpt = None,
-    as_json: JsonOpt = False,
-    url: UrlOpt = DEFAULT_URL,
-    token: TokenOpt = None,
-    tenant: TenantOpt = "default",
 ) -> None:
     """Add a member to the tenant, or change its role."""
-    with session(Remote(url, token, tenant), as_json) as client:
+    with session(remote, as_json) as client:
         member = client.add_member(
             subject=subject, role=role, idempotency_key=mutation_key(idempotency_key)
         )
     emit(member, as_json, f"{member.subject} is {member.role} of {member.tenant}")
 
 
-@members_app.command("remove")
+@tenant_command(members_app.command("remove"))
 def members_remove(
+    remote: Remote,
+    as_json: bool,
     subject: Annotated[str, typer.Argument(help="The member's name.", show_default=False)],
     idempotency_key: KeyOpt = None,
-    as_json: JsonOpt = False,
-    url: UrlOpt = DEFAULT_URL,
-    token: TokenOpt = None,
-    tenant: TenantOpt = "default",
 ) -> None:
     """Remove a member: revokes its tokens and auto-disables the schedules it created."""
-    with session(Remote(url, token, tenant), as_json) as client:
+    with session(remote, as_json) as client:
         client.remove_member(subject, idempotency_key=mutation_key(idempotency_key))
-    emit(None, as_json, f"{subject} removed from {tenant}")
+    emit(None, as_json, f"{subject} removed from {remote.tenant}")
 
 
 # --------------------------------------------------------------------------- tokens
 
 
-@tokens_app.command("issue")
+@tenant_command(tokens_app.command("issue"))
 def tokens_issue(
+    remote: Remote,
+    as_json: bool,
     subject: Annotated[str, typer.Option(help="A member of the tenant.", show_default=False)],
     expires_at: Annotated[
         str | None, typer.Option(help="RFC 3339 instant; default: never.", show_default=False)
     ] = None,
     idempotency_key: KeyOpt = None,
-    as_json: JsonOpt = False,
-    url: UrlOpt = DEFAULT_URL,
-    token: TokenOpt = None,
-    tenant: TenantOpt = "default",
 ) -> None:
     """Issue a token for a member and print it (it is shown this once)."""
-    with session(Remote(url, token, tenant), as_json) as client:
+    with session(remote, as_json) as client:
         issued = client.create_token(
             subject=subject, expires_at=expires_at, idempotency_key=mutation_key(idempotency_key)
         )
@@ -443,17 +411,15 @@ def tokens_issue(
     emit(issued, as_json, issued.token or "")
 
 
-@tokens_app.command("list")
+@tenant_command(tokens_app.command("list"))
 def tokens_list(
+    remote: Remote,
+    as_json: bool,
     limit: LimitOpt = None,
     cursor: CursorOpt = None,
-    as_json: JsonOpt = False,
-    url: UrlOpt = DEFAULT_URL,
-    token: TokenOpt = None,
-    tenant: TenantOpt = "default",
 ) -> None:
     """List the tenant's tokens (never their secrets)."""
-    with session(Remote(url, token, tenant), as_json) as client:
+    with session(remote, as_json) as client:
         page = client.list_tokens(limit=limit, cursor=cursor)
     lines = [
         f"{t.id}  {t.subject:<20} {'revoked' if t.revoked else 'active':<8} "
@@ -463,16 +429,14 @@ def tokens_list(
     emit(page, as_json, table(lines, page.next_cursor, "no tokens"))
 
 
-@tokens_app.command("revoke")
+@tenant_command(tokens_app.command("revoke"))
 def tokens_revoke(
+    remote: Remote,
+    as_json: bool,
     token_id: Annotated[str, typer.Argument(help="The token's id.", show_default=False)],
     idempotency_key: KeyOpt = None,
-    as_json: JsonOpt = False,
-    url: UrlOpt = DEFAULT_URL,
-    token: TokenOpt = None,
-    tenant: TenantOpt = "default",
 ) -> None:
     """Revoke a token: it is refused from now on."""
-    with session(Remote(url, token, tenant), as_json) as client:
+    with session(remote, as_json) as client:
         client.revoke_token(token_id, idempotency_key=mutation_key(idempotency_key))
     emit(None, as_json, f"token {token_id} revoked")
