@@ -23,8 +23,8 @@ It also skips the cases in which schemathesis drops the token or the key: they o
 the edge's 401 or 400, which the API suites pin.
 
 Bounded: ``PUNCTUAL_FUZZ_EXAMPLES`` cases per operation and generation mode (default 50,
-up to 2,900 requests and 25-60 s per store, depending on the machine's load, in three
-shards that ``make test`` runs side by side),
+up to 2,900 requests and 25-60 s per store on a quiet machine, in six shards that ``make
+test`` runs side by side),
 derandomized so that CI runs the same cases every time; set ``PUNCTUAL_FUZZ_EXAMPLES``
 higher and ``PUNCTUAL_FUZZ_RANDOM=1`` to fuzz longer locally. Half of the cases get a
 U+0000, a huge number or an instant at the end of time spliced in (see ``_spike``). Each
@@ -65,7 +65,9 @@ TENANT = "fuzz"
 FUZZER = "fuzzer"
 EXAMPLES = int(os.environ.get("PUNCTUAL_FUZZ_EXAMPLES", "50"))
 RANDOM = os.environ.get("PUNCTUAL_FUZZ_RANDOM", "") == "1"
-SHARDS = 3
+SHARDS = 6
+# Every call sends its own fresh key (see ``probe``), so generating one is wasted work.
+FIXED_HEADERS = {"Idempotency-Key": "replaced-by-each-call"}
 BATCH_CREATE = ("post", "/v1/tenants/{tenant}/scheduled-starts/batch")
 CHECKS = [
     not_a_server_error,
@@ -162,7 +164,10 @@ def test_openapi_declares_the_bearer_scheme_and_the_idempotency_key(target: Targ
 
 @pytest.mark.slow
 @pytest.mark.spread
-@pytest.mark.timeout(300)  # bounded by the number of cases; this only guards a loaded machine
+# Bounded by the number of cases; the timeout only catches a hang. It must leave room for
+# a loaded machine (a shard took 244 s with two suites beside it): one that fires inside an
+# example reaches hypothesis, which reports it as a FlakyFailure, not as the timeout.
+@pytest.mark.timeout(900)
 @pytest.mark.parametrize("shard", range(SHARDS))
 def test_no_request_gets_a_server_error_or_an_undocumented_answer(
     target: Target, shard: int
@@ -174,7 +179,9 @@ def test_no_request_gets_a_server_error_or_an_undocumented_answer(
     assert len(operations) >= 25, [op.label for op in operations]
     for operation in operations[shard::SHARDS]:
         for mode in (GenerationMode.POSITIVE, GenerationMode.NEGATIVE):
-            cases = operation.as_strategy(mode, path_parameters={"tenant": TENANT})
+            cases = operation.as_strategy(
+                mode, path_parameters={"tenant": TENANT}, headers=dict(FIXED_HEADERS)
+            )
             try:
                 _fuzz(target, cases)
             except Unsatisfiable:

@@ -29,7 +29,7 @@ from punctual.domain.permissions import Role
 from punctual.ports.records import WorkerRecord
 from punctual.usecases.definitions import register_worker
 from punctual.usecases.dispatch import dispatch_due
-from punctual.usecases.notify import NotificationEvent, notify
+from punctual.usecases.outbox import NotificationEvent, notify
 from punctual.worker.definitions import declared_definitions
 from punctual.workflows import load_app
 from tests.conftest import FakeClock, make_settings

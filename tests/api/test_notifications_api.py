@@ -1,6 +1,6 @@
 """The notification feed through HTTP on both stores (API.md "Notifications and webhooks").
 
-Notifications are written the one way punctual writes them, ``usecases/notify.py``'s
+Notifications are written the one way punctual writes them, ``usecases/outbox.py``'s
 ``notify`` in a store transaction; the feed is each principal's own: newest first,
 ``unread=true``, paged, marked read idempotently, and absent for anyone else.
 """
@@ -21,7 +21,7 @@ from punctual import bootstrap
 from punctual.client import ApiError, PunctualClient
 from punctual.domain.permissions import Role
 from punctual.usecases import identity
-from punctual.usecases.notify import NotificationEvent, notify
+from punctual.usecases.outbox import NotificationEvent, notify
 from tests.support.api import Api, in_process, member_api
 from tests.support.server import serving
 

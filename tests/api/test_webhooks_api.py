@@ -31,7 +31,7 @@ from punctual.domain.permissions import Role
 from punctual.ports.records import EncryptedInput
 from punctual.usecases import identity
 from punctual.usecases.delivery import deliver_due
-from punctual.usecases.notify import KINDS, NotificationEvent, notify
+from punctual.usecases.outbox import KINDS, NotificationEvent, notify
 from tests.support.api import Api, in_process, member_api
 from tests.support.server import serving
 

@@ -27,7 +27,7 @@ from punctual.errors import Forbidden
 from punctual.ports.records import AuditEntry
 from punctual.usecases import audit, identity, retention
 from punctual.usecases.dispatch import dispatch_due
-from punctual.usecases.notify import NotificationEvent, notify
+from punctual.usecases.outbox import NotificationEvent, notify
 from punctual.usecases.retention import RetentionPolicy
 from tests.conftest import FakeClock, make_settings
 from tests.support.api import Api, in_process, live_worker, register_demo

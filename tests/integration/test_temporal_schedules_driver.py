@@ -232,7 +232,7 @@ def test_fires_become_one_run_each_and_one_follow_through(
 def test_a_retried_fire_never_starts_a_second_run(system: bootstrap.Punctual, api: Api) -> None:
     created = create(api, named(f"retried-{uuid.uuid4().hex[:6]}"))
     at = datetime.now(UTC).replace(microsecond=0)
-    command = schedule_driver.Fire(created["id"], "acme", at)
+    command = schedule_driver.TemporalFire(created["id"], "acme", at)
     first = schedule_driver.fire(system.services, command)
     again = schedule_driver.fire(system.services, command)
     assert first.occurrence_id is not None

@@ -40,7 +40,7 @@ from punctual.usecases.delivery import (
     request_body,
     request_headers,
 )
-from punctual.usecases.notify import NotificationEvent, notify
+from punctual.usecases.outbox import NotificationEvent, notify
 from tests.conftest import FakeClock, make_settings
 from tests.support.server import free_port
 from tests.support.webhook_receiver import Received, Receiver, receiving

@@ -53,7 +53,7 @@ from punctual.ports.store import Tx
 from punctual.usecases import schedule_driver
 from punctual.usecases.context import Services
 from punctual.usecases.definitions import input_problems
-from punctual.usecases.notify import NotificationEvent, notify, notify_auto_disabled
+from punctual.usecases.outbox import NotificationEvent, notify, notify_auto_disabled
 
 log = logging.getLogger("punctual.dispatch")
 

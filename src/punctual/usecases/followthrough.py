@@ -28,7 +28,7 @@ from punctual.ports.events import Event
 from punctual.ports.records import EndedRun, EndedStatus, FollowThroughRecord
 from punctual.ports.store import Tx
 from punctual.usecases.context import Services
-from punctual.usecases.notify import NotificationEvent, notify
+from punctual.usecases.outbox import NotificationEvent, notify
 
 log = logging.getLogger("punctual.follow_through")
 

@@ -16,7 +16,7 @@ from punctual.ports.store import Tx
 from punctual.usecases import schedule_driver
 from punctual.usecases.context import Services
 from punctual.usecases.idempotency import Mutation, Outcome
-from punctual.usecases.notify import notify_auto_disabled
+from punctual.usecases.outbox import notify_auto_disabled
 from punctual.usecases.paging import check_limit, decode_cursor, page
 from punctual.usecases.projections import token_view, ts
 

@@ -420,7 +420,10 @@ def installation_id(services: Services) -> str:
 
 
 @dataclass(frozen=True)
-class Fire:
+class TemporalFire:
+    """Temporal Schedules fired ``schedule_id`` for ``scheduled_at`` (its fire activity's
+    request): not a spec's fire time (``domain.recurrence.Fire``) nor the API's."""
+
     schedule_id: str
     tenant: str
     scheduled_at: datetime
@@ -438,7 +441,7 @@ class Settled:
     follow_through: str | None
 
 
-def fire(services: Services, cmd: Fire) -> Fired:
+def fire(services: Services, cmd: TemporalFire) -> Fired:
     """One occurrence for (schedule, Temporal's scheduled time), inserted idempotently
     (CR-7: a retried fire finds the same row) and left to the runner's dispatch, which
     applies the overlap policy, the creator's identity and auto-disable as for any

@@ -22,7 +22,6 @@ from punctual.domain.recurrence import (
 from punctual.domain.schedules import (
     MAX_CATCH_UP_LIMIT,
     MissedPolicy,
-    OccurrenceOrigin,
     OverlapPolicy,
     Schedule,
     SchedulePolicy,
@@ -38,7 +37,7 @@ from punctual.domain.schedules import (
 from punctual.domain.starts import StartState, check_mutable
 from punctual.domain.timeutil import parse_rfc3339, require_aware, to_rfc3339
 from punctual.errors import Conflict, InvalidRequest, QuotaExceeded, not_found, version_conflict
-from punctual.ports.records import NewOccurrence, NewSchedule
+from punctual.ports.records import NewSchedule
 from punctual.ports.store import Tx
 from punctual.usecases import schedule_driver
 from punctual.usecases.admission import admit_input_and_class, admit_input_size
@@ -46,6 +45,7 @@ from punctual.usecases.context import Services
 from punctual.usecases.definitions import input_problems, require_active
 from punctual.usecases.followthrough import SCHEDULE_FAILING
 from punctual.usecases.idempotency import Mutation, Outcome
+from punctual.usecases.occurrence_rows import new_occurrence
 from punctual.usecases.paging import check_choice, check_limit, decode_cursor, page
 from punctual.usecases.projections import fire_view, occurrence_view
 
@@ -447,32 +447,17 @@ def _dropped_by_edit(schedule: Schedule, now: datetime) -> SkippedRange | None:
 
 
 def _record_dropped(tx: Tx, schedule: Schedule, dropped: SkippedRange, now: datetime) -> None:
-    tx.starts.insert_occurrences(
-        [
-            NewOccurrence(
-                id=new_id("occ"),
-                tenant=schedule.tenant,
-                schedule_id=schedule.id,
-                revision=schedule.revision,
-                workflow=schedule.workflow,
-                workload_class=schedule.workload_class,
-                input=tx.schedules.input_of(schedule.id),
-                created_by=schedule.created_by,
-                business_request_id=schedule.name,
-                occurrence_at=dropped.first,
-                due_at=dropped.first,
-                nominal=None,
-                dst_adjustment=None,
-                run_id=new_id("run"),
-                state=StartState.SKIPPED.value,
-                reason=dropped.reason,
-                range_last=dropped.last,
-                range_count=dropped.count,
-                origin=OccurrenceOrigin.SCHEDULE.value,
-            )
-        ],
-        now,
+    row = new_occurrence(
+        schedule,
+        tx.schedules.input_of(schedule.id),
+        dropped.first,
+        dropped.first,
+        state=StartState.SKIPPED,
+        reason=dropped.reason,
+        range_last=dropped.last,
+        range_count=dropped.count,
     )
+    tx.starts.insert_occurrences([row], now)
 
 
 @dataclass(frozen=True)

@@ -27,7 +27,7 @@ from punctual.ports.records import Delivery, EncryptedInput, NewWebhook, Webhook
 from punctual.ports.store import Tx
 from punctual.usecases.context import Services
 from punctual.usecases.idempotency import Mutation, Outcome
-from punctual.usecases.notify import KINDS, TEST_KIND, NotificationEvent, enqueue_deliveries
+from punctual.usecases.outbox import KINDS, TEST_KIND, NotificationEvent, enqueue_deliveries
 from punctual.usecases.paging import check_limit, decode_cursor, page
 from punctual.usecases.projections import ts
 

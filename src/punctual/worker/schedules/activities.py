@@ -36,7 +36,9 @@ class FireActivities:
     @activity.defn(name=FIRE_ACTIVITY)
     async def fire(self, raw: dict[str, Any]) -> dict[str, Any]:
         request = FireRequest.model_validate(raw)
-        command = schedule_driver.Fire(request.schedule_id, request.tenant, request.scheduled_at)
+        command = schedule_driver.TemporalFire(
+            request.schedule_id, request.tenant, request.scheduled_at
+        )
         try:
             fired = await asyncio.to_thread(schedule_driver.fire, self._services, command)
         except Unavailable as exc:

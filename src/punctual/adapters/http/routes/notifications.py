@@ -20,7 +20,7 @@ from punctual.adapters.http.routes.common import (
     raw_body,
 )
 from punctual.resources import Notification, NotificationPage
-from punctual.usecases import notifications
+from punctual.usecases import feed
 
 router = APIRouter(
     prefix="/v1/tenants/{tenant}", tags=["notifications"], dependencies=[Security(BEARER)]
@@ -52,8 +52,8 @@ def list_notifications(
     cursor: PageCursor = None,
 ) -> dict[str, Any]:
     principal = edge.principal(request, tenant)
-    query = notifications.ListNotifications(unread, parse_limit(limit), cursor)
-    return notifications.list_notifications(edge.services, principal, query)
+    query = feed.ListNotifications(unread, parse_limit(limit), cursor)
+    return feed.list_notifications(edge.services, principal, query)
 
 
 @router.post(
@@ -74,5 +74,5 @@ def mark_notification_read(
         request,
         raw,
         tenant,
-        lambda principal: notifications.mark_read(edge.services, principal, notification_id),
+        lambda principal: feed.mark_read(edge.services, principal, notification_id),
     )

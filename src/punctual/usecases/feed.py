@@ -2,7 +2,7 @@
 
 The feed is personal: every query is scoped to (tenant, caller), so another principal's
 notification reads as absent (``404 not_found``), never as forbidden. Any role may read
-and mark its own feed; ``usecases/notify.py`` is what writes it.
+and mark its own feed; ``usecases/outbox.py`` is what writes it.
 """
 
 from __future__ import annotations
