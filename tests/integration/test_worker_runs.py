@@ -135,7 +135,7 @@ def test_cancel_is_cooperative(running: tuple[bootstrap.Punctual, Api]) -> None:
 
 def test_terminate_is_immediate_and_frees_the_slot(running: tuple[bootstrap.Punctual, Api]) -> None:
     _, api = running
-    run_ids = [run_id_of(api, start_now(api, "hang", {})) for _ in range(2)]
+    run_ids = [run_id_of(api, start_now(api, "wedge", {})) for _ in range(2)]
     hung = run_ids[0]
     wait_for(api, hung, lambda r: r["state"] == "running")
     terminated = api.post(f"/runs/{hung}/terminate")

@@ -30,6 +30,15 @@ def hang(payload: dict[str, Any]) -> None:
         time.sleep(1)
 
 
+@app.workflow("wedge", "1", execution_timeout_seconds=300)
+def wedge(payload: dict[str, Any]) -> None:
+    """Like ``hang``, with a timeout no test waits for: only terminate stops it in a test's
+    time, however slow the machine (``hang``'s 1.5 s ran out before a terminate on a loaded
+    one)."""
+    while True:
+        time.sleep(1)
+
+
 @app.workflow("explode", "1")
 def explode(payload: dict[str, Any]) -> None:
     raise RuntimeError("exploded on purpose")
