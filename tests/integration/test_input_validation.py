@@ -124,9 +124,7 @@ def test_a_model_stricter_than_its_schema_fails_the_run_without_quoting_the_inpu
 ) -> None:
     caplog.set_level(logging.DEBUG, logger="punctual")
     marker = f"PROTECTED-{secrets.token_hex(8)}"
-    created = running.member.post(
-        "/scheduled-starts", start_body("guarded", {"code": marker}, iso(-1))
-    )
+    created = running.member.create_due(start_body("guarded", {"code": marker}, iso(0)))
     assert created.status_code == 201, created.text  # the schema accepts it
 
     run = wait_until("the run to end", lambda: ended_run(running.member, created.json()["id"]))
@@ -152,15 +150,13 @@ def test_a_model_stricter_than_its_schema_fails_the_run_without_quoting_the_inpu
 
 def test_acceptance_refuses_what_the_model_refuses_for_a_format(running: Running) -> None:
     marker = f"PROTECTED-{secrets.token_hex(8)}"
-    refused = running.member.post(
-        "/scheduled-starts", start_body("tagged", {"id": marker}, iso(-1))
-    )
+    refused = running.member.create_due(start_body("tagged", {"id": marker}, iso(0)))
     assert refused.status_code == 422, refused.text
     assert refused.json()["error"]["code"] == "input_invalid", refused.text
     assert_absent(marker, "the 422 answer", refused.text)
 
     valid = str(uuid.uuid4())
-    created = running.member.post("/scheduled-starts", start_body("tagged", {"id": valid}, iso(-1)))
+    created = running.member.create_due(start_body("tagged", {"id": valid}, iso(0)))
     assert created.status_code == 201, created.text
     run = wait_until("the run to end", lambda: ended_run(running.member, created.json()["id"]))
     assert (run["state"], run["result"]) == ("completed", {"id": valid}), run
