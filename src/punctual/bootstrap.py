@@ -17,15 +17,13 @@ from pathlib import Path
 from typing import TYPE_CHECKING
 
 import sqlalchemy as sa
-from fastapi import FastAPI
 from sqlalchemy.engine import make_url
 
 from punctual.adapters.clock import SystemClock
 from punctual.adapters.crypto import KeyRingCodec, generate_key_file, load_key_file
 from punctual.adapters.engines.local.engine import LocalEngine
 from punctual.adapters.faults import CrashPoints
-from punctual.adapters.http.app import create_app, create_internal_app
-from punctual.adapters.http.edge import Edge, error_body, error_status
+from punctual.adapters.http.status import body_for, status_for
 from punctual.adapters.observability import EventHub, Metrics
 from punctual.adapters.quota import LocalQuota, NoQuota, PostgresQuota
 from punctual.adapters.stores.sql import migrate
@@ -54,6 +52,8 @@ from punctual.worker.local import LocalWorker, WorkerOptions
 from punctual.workflows import load_app
 
 if TYPE_CHECKING:  # temporalio is an optional extra: import the adapter only when used
+    from fastapi import FastAPI
+
     from punctual.runner.reconciler import Reconciler
     from punctual.worker.schedules.worker import FireWorker
     from punctual.worker.temporal.sync import SyncLoop
@@ -305,6 +305,11 @@ class Punctual:
             self.key_watch.add_component(component)
 
     def http_app(self) -> FastAPI:
+        # The web stack is imported by what serves HTTP only: a host command or a process
+        # that only runs bodies or fires starts does without it (SPEC OP-1, a fast start).
+        from punctual.adapters.http.app import create_app
+        from punctual.adapters.http.edge import Edge
+
         self._runs("api")
         edge = Edge(self.services, self.mutations)
         token = self.settings.internal_token
@@ -322,6 +327,9 @@ class Punctual:
         token = self.settings.internal_token
         if token is None or self.settings.internal_listen is None:
             return None
+        from punctual.adapters.http.app import create_internal_app
+        from punctual.adapters.http.edge import Edge
+
         edge = Edge(self.services, self.mutations)
         return create_internal_app(
             edge, token.get_secret_value(), max_body_bytes=self.settings.max_body_bytes
@@ -526,7 +534,7 @@ def _assemble(
             settings.temporal.namespace,
             schedule_driver.installation_id(services),
         )
-    mutations = MutationRunner(services, error_status, error_body)
+    mutations = MutationRunner(services, status_for, body_for)
     system = Punctual(settings, store, services, engine, metrics, events, mutations, due)
     if key_watch is not None:
         system.key_watch = key_watch

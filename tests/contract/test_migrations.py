@@ -101,6 +101,21 @@ def _differences(store: SqlStore) -> list[Any]:
         return list(compare_metadata(context, metadata))
 
 
+def test_the_revisions_read_from_file_names_are_alembics_chain() -> None:
+    """The startup check reads the revisions from the file names, without Alembic: every
+    file is ``NNNN_what.py`` with revision ``NNNN`` after the one before, so the chain
+    Alembic builds from the files themselves is the same and ends at the same head."""
+    from alembic.script import ScriptDirectory
+
+    script = ScriptDirectory.from_config(migrate._config())
+    chain = [(rev.revision, rev.down_revision) for rev in script.walk_revisions()]
+    ordered = sorted(migrate.known_revisions())
+    assert script.get_heads() == [migrate.head_revision()] == [ordered[-1]]
+    assert sorted(chain) == list(zip(ordered, [None, *ordered[:-1]], strict=True))
+    files = [p.name for p in (migrate.MIGRATIONS / "versions").glob("*.py")]
+    assert sorted(name.partition("_")[0] for name in files) == ordered, files
+
+
 def test_upgrade_head_on_an_empty_database_matches_the_metadata(empty_store: SqlStore) -> None:
     before, after = migrate.upgrade(empty_store)
     assert (before, after) == (None, migrate.head_revision())

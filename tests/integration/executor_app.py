@@ -9,6 +9,7 @@ from __future__ import annotations
 import asyncio
 import os
 import subprocess
+import sys
 import threading
 import time
 from pathlib import Path
@@ -85,6 +86,12 @@ def weird(payload: dict[str, Any]) -> object:
 @app.workflow("pid", "1")
 def pid(payload: dict[str, Any]) -> int:
     return os.getpid()
+
+
+@app.workflow("loaded", "1")
+def loaded(payload: dict[str, list[str]]) -> list[str]:
+    """Which of the named modules the slot process has imported."""
+    return [name for name in payload["modules"] if name in sys.modules]
 
 
 @app.workflow("spawner", "1")

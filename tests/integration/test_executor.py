@@ -496,20 +496,28 @@ def test_close_reports_runs_that_finish_within_the_grace_period() -> None:
     assert not alive(outcome[0].result["pid"])
 
 
-def test_the_fork_server_preloads_what_the_worker_process_has_loaded() -> None:
-    """Each child re-runs the worker's ``__main__``: for ``punctual serve`` that is the
-    CLI, which must already be in the fork server so a child does not import it again."""
-    import punctual.adapters.engines.temporal.engine
-    import punctual.cli.main
-    import punctual.worker.temporal.worker  # noqa: F401
+def test_a_slot_process_imports_neither_the_web_stack_nor_the_store() -> None:
+    """The fork server imports the parent's ``__main__`` (a child would re-run it) and the
+    slot protocol, nothing else the parent has loaded: a body needs neither the store nor
+    the HTTP app nor an engine's SDK, and importing them cost every worker start ~2 s of
+    CPU."""
+    import fastapi  # noqa: F401
+    import sqlalchemy  # noqa: F401
+
+    import punctual.bootstrap
+    import punctual.cli.main  # noqa: F401
     from punctual.adapters.executor import child, pool
 
-    preload = pool._preload()
-
-    assert preload[:2] == ["__main__", child.__name__]
-    assert {"punctual.cli.main", "punctual.bootstrap", "punctual.workflows"} <= set(preload)
-    assert not [
-        m
-        for m in preload
-        if m.startswith(("punctual.adapters.engines.temporal", "punctual.worker.temporal"))
-    ]
+    heavy = ["fastapi", "sqlalchemy", "alembic", "punctual.bootstrap", "temporalio"]
+    assert pool._preload() == ["__main__", child.__name__]
+    recorder = Recorder()
+    slots = SlotPool(APP_REF, 1, recorder.on_started, recorder.on_finished)
+    slots.start()
+    try:
+        job = assignment("loaded", {"modules": heavy})
+        slots.submit(job)
+        outcome = recorder.wait_finished(job.run_id)
+    finally:
+        slots.close(grace_seconds=5)
+    assert outcome.state == "completed", outcome
+    assert outcome.result == [], outcome.result

@@ -12,7 +12,7 @@ from pathlib import Path
 import pytest
 
 from punctual import errors
-from punctual.adapters.http.errors import status_of
+from punctual.adapters.http.status import status_of
 from punctual.domain import recurrence
 
 SOURCE = Path(errors.__file__).parent

@@ -32,7 +32,7 @@ Role = Literal["admin", "member", "viewer"]
 class Resource(BaseModel):
     """Base of every answer's model: unknown fields are kept, the JSON is kept in ``raw``."""
 
-    model_config = ConfigDict(extra="allow", use_attribute_docstrings=True)
+    model_config = ConfigDict(extra="allow", use_attribute_docstrings=True, defer_build=True)
 
     _raw: Any = PrivateAttr(default=None)
     _idempotency_key: str | None = PrivateAttr(default=None)

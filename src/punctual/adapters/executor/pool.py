@@ -19,7 +19,6 @@ import multiprocessing
 import os
 import pickle
 import signal
-import sys
 import threading
 import time
 from collections.abc import Callable
@@ -809,25 +808,16 @@ class SlotPool:
         return next((s for s in self._slots if s.child is child), None)
 
 
-_TEMPORAL_MODULES = ("punctual.adapters.engines.temporal", "punctual.worker.temporal")
-
-
 def _preload() -> list[str]:
     """Modules for the fork server to import once, for every slot child.
 
-    Each child re-runs the parent's ``__main__`` (multiprocessing does, so that objects
-    defined there unpickle); for ``punctual serve`` that imports the whole CLI stack,
-    ~1 s of CPU per child (32 slots took 20 s to start on 2 cores). The punctual modules
-    the parent has loaded cover what that main imports; the Temporal adapter is left out,
-    as its SDK is not needed to run a body.
+    Each child would otherwise re-run the parent's ``__main__`` (multiprocessing does, so
+    that objects defined there unpickle); for ``punctual serve`` that is the CLI. Nothing
+    else the parent has loaded is wanted: a child needs the slot protocol, the workflow
+    API and the app it imports itself, not the store, the HTTP app or an engine's SDK
+    (importing those cost the fork server ~2 s of CPU at every start of a worker).
     """
-    loaded = [
-        name
-        for name in sys.modules
-        if (name == "punctual" or name.startswith("punctual."))
-        and not name.startswith(_TEMPORAL_MODULES)
-    ]
-    return ["__main__", child_main.__module__, *sorted(loaded)]
+    return ["__main__", child_main.__module__]
 
 
 def _died(assignment: Assignment, exit_code: int | None) -> Outcome:

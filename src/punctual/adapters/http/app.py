@@ -11,7 +11,7 @@ from prometheus_client import CONTENT_TYPE_LATEST, CollectorRegistry, generate_l
 from starlette.types import ASGIApp, Receive, Scope, Send
 
 import punctual
-from punctual.adapters.http import errors, ui
+from punctual.adapters.http import errors, status, ui
 from punctual.adapters.http.edge import Edge
 from punctual.adapters.http.openapi import Refusals, answers, openapi_document, operation_id
 from punctual.adapters.http.routes import (
@@ -61,7 +61,7 @@ class BodyLimit:
 
     async def _too_large(self, scope: Scope, receive: Receive, send: Send) -> None:
         response = JSONResponse(
-            errors.envelope(
+            status.envelope(
                 "body_too_large",
                 f"the request body is larger than {self.max_bytes} bytes",
                 {"limit": self.max_bytes},
@@ -126,7 +126,7 @@ def create_app(
             # Anyone may call the probe: the detail (URL, host, driver text) goes to the log.
             errors.log.warning("event=readiness_failed detail=%s", exc)
             return JSONResponse(
-                errors.envelope("store_unavailable", errors.GENERIC_MESSAGES["store_unavailable"]),
+                status.envelope("store_unavailable", status.GENERIC_MESSAGES["store_unavailable"]),
                 status_code=503,
             )
         return JSONResponse({"status": "ready"})

@@ -20,7 +20,8 @@ from fastapi import Request
 from fastapi.responses import JSONResponse, Response
 from pydantic import BaseModel, ValidationError
 
-from punctual.adapters.http.errors import body_for, envelope, response_for, status_for
+from punctual.adapters.http.errors import response_for
+from punctual.adapters.http.status import envelope
 from punctual.domain.permissions import Principal
 from punctual.domain.starts import HOST_OWNED_FIELDS
 from punctual.errors import BadRequest, InvalidRequest, PunctualError
@@ -386,14 +387,6 @@ def mutate(
     except PunctualError as exc:
         return response_for(exc)
     return json_response(outcome)
-
-
-def error_status(error: PunctualError) -> int:
-    return status_for(error)
-
-
-def error_body(error: PunctualError) -> dict[str, Any]:
-    return body_for(error)
 
 
 def not_found_body(message: str) -> dict[str, Any]:

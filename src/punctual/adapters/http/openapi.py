@@ -20,8 +20,8 @@ from pydantic import BaseModel
 from pydantic.json_schema import models_json_schema
 
 from punctual import resources
-from punctual.adapters.http.errors import status_of
 from punctual.adapters.http.schemas import REQUEST_BODIES
+from punctual.adapters.http.status import status_of
 from punctual.resources import Error, InProgress
 
 # --------------------------------------------------------------------------- answers

@@ -24,7 +24,7 @@ from pydantic import BaseModel, ConfigDict, Field, StrictStr
 from starlette.types import ASGIApp, Receive, Scope, Send
 
 import punctual
-from punctual.adapters.http import errors
+from punctual.adapters.http import errors, status
 from punctual.adapters.http.edge import Edge, parse_body, refuse_unstorable_parameters
 from punctual.adapters.http.openapi import Refusals, answers, operation_id
 from punctual.adapters.http.routes.common import get_edge, raw_body
@@ -60,7 +60,7 @@ class InternalGuard:
     async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
         if scope["type"] == "http" and not self._admits(scope):
             refusal = JSONResponse(
-                errors.envelope("unauthenticated", _UNAUTHENTICATED), status_code=401
+                status.envelope("unauthenticated", _UNAUTHENTICATED), status_code=401
             )
             await refusal(scope, receive, send)
             return

@@ -27,8 +27,8 @@ from punctual.adapters.http.edge import (
     refuse_unstorable_parameters,
     valid_key,
 )
-from punctual.adapters.http.errors import GENERIC_MESSAGES, status_for
 from punctual.adapters.http.routes.common import get_edge, raw_body
+from punctual.adapters.http.status import GENERIC_MESSAGES, status_for
 from punctual.adapters.http.ui import timeline
 from punctual.adapters.http.ui.rendering import PREFIX, segment, templates
 from punctual.adapters.http.ui.session import (
