@@ -143,7 +143,7 @@ def idle_pass_statements(system: Any, page_size: int) -> list[Statement]:
     sleep) and the reaper (every 5 s)."""
     from punctual.ports.doorbell import Doorbell
     from punctual.runner.loop import Runner, RunnerOptions
-    from punctual.usecases import execution
+    from punctual.usecases.running import execution
 
     services = system.services
     runner = Runner(services, RunnerOptions(page_size=page_size), Doorbell())

@@ -228,7 +228,7 @@ def register_demo_definitions(system: Any) -> None:
     """Make the demo workflows active the way a worker does, without keeping a worker."""
     from punctual.domain.ids import new_id
     from punctual.ports.records import WorkerRecord
-    from punctual.usecases import execution
+    from punctual.usecases.running import execution
     from punctual.worker.definitions import declared_definitions
     from punctual.workflows import load_app
 
@@ -251,7 +251,7 @@ def register_demo_definitions(system: Any) -> None:
 
 def workflow_loaded(system: Any, workflow: str = "echo") -> bool:
     """Whether a live worker has the active version of ``workflow`` loaded."""
-    from punctual.usecases import definitions
+    from punctual.usecases.running import definitions
 
     return any(
         d["name"] == workflow and d["state"] == "active" and d["loaded"]

@@ -286,15 +286,19 @@ def ratios(deployments: list[Deployment]) -> list[str]:
 
 STAGES: list[tuple[str, str, str]] = [
     # (label, file suffix, function name): what a create spends its time on, inclusive.
-    ("HTTP edge: authenticate (token lookup tx)", "usecases/identity.py", "authenticate"),
-    ("create transaction: keys, decision, insert, record", "usecases/idempotency.py", "_batch_in"),
+    ("HTTP edge: authenticate (token lookup tx)", "usecases/tenancy/identity.py", "authenticate"),
+    (
+        "create transaction: keys, decision, insert, record",
+        "usecases/kernel/idempotency.py",
+        "_batch_in",
+    ),
     ("  claim keys (INSERT .. ON CONFLICT)", "stores/sql/idempotency.py", "claim_many"),
     ("  quota: pending counter read", "stores/sql/pending_counts.py", "pending_by_class"),
     ("  INSERT starts .. RETURNING", "stores/sql/start_inserts.py", "insert_starts"),
     ("  record outcomes (UPDATE keys)", "stores/sql/idempotency.py", "complete_many"),
     ("  parse + validate body (pydantic)", "adapters/http/edge.py", "parse_body"),
-    ("  require_active (definition read)", "usecases/definitions.py", "require_active"),
-    ("  input_problems (JSON Schema)", "usecases/definitions.py", "input_problems"),
+    ("  require_active (definition read)", "usecases/running/definitions.py", "require_active"),
+    ("  input_problems (JSON Schema)", "usecases/running/definitions.py", "input_problems"),
     ("  quota admit_starts (lock + counter)", "adapters/quota.py", "admit_starts"),
     ("  codec encrypt (AES-GCM)", "adapters/crypto.py", "encrypt"),
     ("fingerprint (canonical JSON + sha256)", "adapters/http/edge.py", "fingerprint"),

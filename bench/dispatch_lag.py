@@ -164,7 +164,8 @@ def _parse(value: str | None) -> datetime | None:
 def collect(system: Any, tag: str) -> tuple[list[float], list[float], int]:
     """Lags in ms from the start projections and their runs' projections."""
     from punctual.domain.permissions import Principal, Role
-    from punctual.usecases import runs, starts
+    from punctual.usecases.running import runs
+    from punctual.usecases.scheduled import starts
 
     principal = Principal(tenant=TENANT, subject="admin", role=Role.ADMIN)
     dispatch_ms: list[float] = []

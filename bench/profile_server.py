@@ -70,7 +70,7 @@ def main() -> None:
 
     from punctual import bootstrap
     from punctual.settings import load_settings
-    from punctual.usecases import identity
+    from punctual.usecases.tenancy import identity
 
     main_profile = _new_profile(args.timer)
     system = bootstrap.build(load_settings(None, database_url=args.database_url))

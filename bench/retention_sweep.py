@@ -130,7 +130,7 @@ def sweeper_main(argv: list[str]) -> None:
     from punctual.adapters.stores.sql.retention import tables_swept
     from punctual.runner.sweeper import Sweeper
     from punctual.settings import load_settings
-    from punctual.usecases.retention import RetentionPolicy
+    from punctual.usecases.tenancy.retention import RetentionPolicy
 
     settings = load_settings(None, database_url=args.url, codec={"key_file": args.key_file})
     system = bootstrap.build(settings)

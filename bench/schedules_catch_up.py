@@ -7,7 +7,7 @@ spread evenly over one interval right after the cursor), bulk-inserted as in
 
 The generation passes are driven **in-process**, in a child process of this benchmark
 (``--drive``) that builds punctual from the same settings a runner would and calls
-``punctual.usecases.generation.generate(system.services, page_size)`` in a loop, one pass
+``punctual.usecases.recurring.generation.generate(system.services, page_size)`` in a loop, one pass
 right after the other, with nothing else (no dispatch, no worker: the occurrences stay
 ``scheduled``, so only generation is measured). The parent samples the child's RSS
 every 0.1 s. Per pass the child records its wall time, the occurrences it generated (what
@@ -77,7 +77,7 @@ def drive(args: argparse.Namespace) -> None:
 
     from punctual import bootstrap
     from punctual.settings import load_settings
-    from punctual.usecases.generation import generate
+    from punctual.usecases.recurring.generation import generate
 
     system = bootstrap.build(load_settings(None))  # PUNCTUAL_* from the environment
     services = system.services

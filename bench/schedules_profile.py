@@ -95,9 +95,9 @@ def runner_loop(system: Any, page_size: int, seconds: float, phases: Phases) -> 
     """``Runner._loop`` of punctual.runner.loop with every phase timed (no outage handling:
     an error ends the benchmark)."""
     from punctual.domain.ids import new_id
-    from punctual.usecases import execution
-    from punctual.usecases.dispatch import dispatch_due
-    from punctual.usecases.generation import LOOKAHEAD, generate
+    from punctual.usecases.recurring.generation import LOOKAHEAD, generate
+    from punctual.usecases.running import execution
+    from punctual.usecases.scheduled.dispatch import dispatch_due
 
     services = system.services
     runner_id = new_id("wrk")
@@ -158,7 +158,7 @@ def main() -> None:
     parser.add_argument("--quiet-timeout", type=float, default=300.0)
     args = parser.parse_args()
 
-    from punctual.usecases import identity
+    from punctual.usecases.tenancy import identity
 
     print_machine("schedules_profile: an in-process runner under recurring load (PostgreSQL)")
     print(

@@ -163,7 +163,7 @@ def punctual_burst(
     system: Any, engine: sa.Engine, procs: list[Proc], count: int, lead: float
 ) -> Burst:
     from punctual.domain.permissions import Principal, Role
-    from punctual.usecases import runs
+    from punctual.usecases.running import runs
 
     tag = f"peer-{secrets.token_hex(4)}"
     due = due_in(lead)

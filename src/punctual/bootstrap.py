@@ -42,12 +42,12 @@ from punctual.runner.keys import KeyWatch
 from punctual.runner.loop import Runner, RunnerOptions
 from punctual.runner.sweeper import Sweeper
 from punctual.settings import Settings
-from punctual.usecases import driver_switch, schedule_driver
-from punctual.usecases import keys as codec_keys
-from punctual.usecases.context import HostPolicy, Services, TenantPolicy, WorkloadClass
-from punctual.usecases.definitions import check_keys
-from punctual.usecases.idempotency import MutationRunner
-from punctual.usecases.retention import RetentionPolicy
+from punctual.usecases.firing import driver_switch, schedule_driver
+from punctual.usecases.kernel.context import HostPolicy, Services, TenantPolicy, WorkloadClass
+from punctual.usecases.kernel.idempotency import MutationRunner
+from punctual.usecases.running.definitions import check_keys
+from punctual.usecases.tenancy import keys as codec_keys
+from punctual.usecases.tenancy.retention import RetentionPolicy
 from punctual.worker.local import LocalWorker, WorkerOptions
 from punctual.workflows import load_app
 

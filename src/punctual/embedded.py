@@ -26,8 +26,11 @@ from punctual import bootstrap
 from punctual.domain.permissions import Principal, Role
 from punctual.errors import PunctualError
 from punctual.settings import load_settings
-from punctual.usecases import health, identity, runs, schedule_controls, schedules, starts
-from punctual.usecases.idempotency import IdempotentRequest, Mutation, RecordedError
+from punctual.usecases.kernel.idempotency import IdempotentRequest, Mutation, RecordedError
+from punctual.usecases.recurring import schedule_controls, schedules
+from punctual.usecases.running import runs
+from punctual.usecases.scheduled import starts
+from punctual.usecases.tenancy import health, identity
 
 
 class Scheduler:

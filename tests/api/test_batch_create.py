@@ -25,7 +25,7 @@ from punctual.adapters.http.routes.starts import CREATE_ROUTE
 from punctual.adapters.stores.sql import tables as t
 from punctual.client import PunctualClient
 from punctual.domain.permissions import Role
-from punctual.usecases import identity
+from punctual.usecases.tenancy import identity
 from tests.conftest import make_settings
 from tests.support.api import Api, echo_start, in_process, member_api, register_demo
 from tests.support.server import serving

@@ -17,8 +17,8 @@ import httpx
 from punctual import bootstrap
 from punctual.client import PunctualClient
 from punctual.domain.permissions import Role
-from punctual.usecases import identity
-from punctual.usecases.dispatch import dispatch_due
+from punctual.usecases.scheduled.dispatch import dispatch_due
+from punctual.usecases.tenancy import identity
 from tests.api.test_ui_page import Forms
 from tests.support.api import Api, live_worker
 from tests.support.server import serving

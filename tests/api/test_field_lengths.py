@@ -43,8 +43,8 @@ from punctual.domain.permissions import Role
 from punctual.ports.records import WorkerRecord
 from punctual.ports.webhooks import SendResult
 from punctual.settings import Settings
-from punctual.usecases import identity
-from punctual.usecases.definitions import DeclaredDefinition, register_worker
+from punctual.usecases.running.definitions import DeclaredDefinition, register_worker
+from punctual.usecases.tenancy import identity
 from punctual.worker.definitions import declared_definitions
 from punctual.workflows import load_app
 from tests.conftest import make_settings

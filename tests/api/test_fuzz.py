@@ -57,8 +57,8 @@ from schemathesis.transport.prepare import get_exclude_headers
 
 from punctual import bootstrap
 from punctual.domain.permissions import Role
-from punctual.usecases import identity
-from punctual.usecases.dispatch import dispatch_due
+from punctual.usecases.scheduled.dispatch import dispatch_due
+from punctual.usecases.tenancy import identity
 from tests.support.api import Api, echo_start, live_worker, register_demo
 
 TENANT = "fuzz"

@@ -22,7 +22,7 @@ from openapi_python_client.config import Config, ConfigFile, MetaType
 
 from punctual import bootstrap
 from punctual.domain.permissions import Role
-from punctual.usecases import identity
+from punctual.usecases.tenancy import identity
 from tests.support.api import register_demo
 from tests.support.server import serving
 

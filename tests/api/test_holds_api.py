@@ -21,7 +21,7 @@ from punctual import bootstrap, resources
 from punctual.client import AsyncPunctualClient, PermissionDeniedError, PunctualClient
 from punctual.domain.permissions import Role
 from punctual.domain.retention import HoldKind
-from punctual.usecases.dispatch import dispatch_due
+from punctual.usecases.scheduled.dispatch import dispatch_due
 from tests.conftest import make_settings
 from tests.support.api import Api, echo_start, in_process, live_worker, member_api
 from tests.support.server import serving

@@ -18,7 +18,7 @@ from fastapi.testclient import TestClient
 from punctual import bootstrap
 from punctual.domain.permissions import Role
 from punctual.errors import Unavailable
-from punctual.usecases import identity
+from punctual.usecases.tenancy import identity
 from tests.support.api import Api, echo_start, future, in_process, member_api, register_demo
 
 STARTS = "/v1/tenants/acme/scheduled-starts"

@@ -21,7 +21,7 @@ from punctual import bootstrap
 from punctual.adapters.stores.sql import tables as t
 from punctual.domain.permissions import Role
 from punctual.settings import Settings
-from punctual.usecases import identity
+from punctual.usecases.tenancy import identity
 from tests.conftest import FakeClock
 from tests.support.api import Api, in_process, member_api
 

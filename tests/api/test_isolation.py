@@ -27,9 +27,9 @@ from punctual import bootstrap
 from punctual.adapters.stores.sql import tables as t
 from punctual.domain.permissions import Role
 from punctual.ports.records import WorkerRecord
-from punctual.usecases.definitions import register_worker
-from punctual.usecases.dispatch import dispatch_due
-from punctual.usecases.outbox import NotificationEvent, notify
+from punctual.usecases.outbound.outbox import NotificationEvent, notify
+from punctual.usecases.running.definitions import register_worker
+from punctual.usecases.scheduled.dispatch import dispatch_due
 from punctual.worker.definitions import declared_definitions
 from punctual.workflows import load_app
 from tests.conftest import FakeClock, make_settings

@@ -1,6 +1,6 @@
 """The notification feed through HTTP on both stores (API.md "Notifications and webhooks").
 
-Notifications are written the one way punctual writes them, ``usecases/outbox.py``'s
+Notifications are written the one way punctual writes them, ``usecases/outbound/outbox.py``'s
 ``notify`` in a store transaction; the feed is each principal's own: newest first,
 ``unread=true``, paged, marked read idempotently, and absent for anyone else.
 """
@@ -20,8 +20,8 @@ from fastapi.testclient import TestClient
 from punctual import bootstrap
 from punctual.client import ApiError, PunctualClient
 from punctual.domain.permissions import Role
-from punctual.usecases import identity
-from punctual.usecases.outbox import NotificationEvent, notify
+from punctual.usecases.outbound.outbox import NotificationEvent, notify
+from punctual.usecases.tenancy import identity
 from tests.support.api import Api, in_process, member_api
 from tests.support.server import serving
 

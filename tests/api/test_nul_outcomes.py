@@ -15,7 +15,7 @@ import pytest
 
 from punctual import bootstrap
 from punctual.domain.runs import RunState
-from punctual.usecases.dispatch import dispatch_due
+from punctual.usecases.scheduled.dispatch import dispatch_due
 from tests.support.api import Api, echo_start, in_process, live_worker, member_api
 
 NUL_RESULT = {"text": "before\x00after", "\x00key": ["\x00"], "$punctual_escaped": 1}

@@ -28,8 +28,8 @@ from punctual.domain.schedules import (
 )
 from punctual.domain.starts import StartState
 from punctual.ports.records import CursorMove
-from punctual.usecases.dispatch import dispatch_due
-from punctual.usecases.generation import generate
+from punctual.usecases.recurring.generation import generate
+from punctual.usecases.scheduled.dispatch import dispatch_due
 from tests.support.api import Api, echo_start, live_worker, member_api
 
 NAMED = [
@@ -350,7 +350,7 @@ class _Checker:
 
 
 def _in_progress() -> dict[str, Any]:
-    from punctual.usecases.idempotency import IN_PROGRESS_BODY
+    from punctual.usecases.kernel.idempotency import IN_PROGRESS_BODY
 
     return dict(IN_PROGRESS_BODY)
 

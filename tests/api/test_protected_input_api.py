@@ -20,8 +20,8 @@ from punctual import bootstrap
 from punctual.domain.permissions import Role
 from punctual.domain.runs import DefinitionState
 from punctual.ports.records import WorkerRecord
-from punctual.usecases.definitions import DeclaredDefinition, register_worker, set_lifecycle
-from punctual.usecases.dispatch import dispatch_due
+from punctual.usecases.running.definitions import DeclaredDefinition, register_worker, set_lifecycle
+from punctual.usecases.scheduled.dispatch import dispatch_due
 from tests.conftest import make_settings
 from tests.support.api import Api, echo_start, future, in_process, member_api, register_demo
 

@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 from punctual import bootstrap
-from punctual.usecases.dispatch import dispatch_due
+from punctual.usecases.scheduled.dispatch import dispatch_due
 from tests.support.api import echo_start, in_process, live_worker, member_api
 
 TRACEPARENT = "00-0af7651916cd43dd8448eb211c80319c-b7ad6b7169203331-01"

@@ -22,9 +22,9 @@ from punctual import bootstrap, resources
 from punctual.client import AsyncPunctualClient, PunctualClient
 from punctual.domain.permissions import Role
 from punctual.ports.records import CursorMove
-from punctual.usecases import identity
-from punctual.usecases.dispatch import dispatch_due
-from punctual.usecases.generation import generate
+from punctual.usecases.recurring.generation import generate
+from punctual.usecases.scheduled.dispatch import dispatch_due
+from punctual.usecases.tenancy import identity
 from tests.api.test_openapi import exactly
 from tests.support.api import Api, in_process, live_worker, member_api
 from tests.support.server import serving

@@ -19,8 +19,8 @@ from punctual import bootstrap
 from punctual.domain.permissions import Role
 from punctual.ports.records import WorkerRecord
 from punctual.settings import Settings
-from punctual.usecases.definitions import register_worker
-from punctual.usecases.dispatch import dispatch_due
+from punctual.usecases.running.definitions import register_worker
+from punctual.usecases.scheduled.dispatch import dispatch_due
 from punctual.workflows import load_app
 from tests.conftest import FakeClock
 from tests.support.api import Api, echo_start, future, in_process, member_api, register_demo

@@ -22,7 +22,7 @@ from punctual import bootstrap
 from punctual.domain.permissions import Role
 from punctual.domain.recurrence import CronSpec, next_fires
 from punctual.ports.records import CursorMove
-from punctual.usecases.generation import generate
+from punctual.usecases.recurring.generation import generate
 from tests.conftest import make_settings
 from tests.support.api import Api, in_process, member_api, register_demo
 

@@ -23,8 +23,8 @@ from punctual import bootstrap
 from punctual.client import ApiError, PunctualClient
 from punctual.domain.permissions import Role
 from punctual.ports.records import CursorMove
-from punctual.usecases.dispatch import dispatch_due
-from punctual.usecases.generation import generate
+from punctual.usecases.recurring.generation import generate
+from punctual.usecases.scheduled.dispatch import dispatch_due
 from tests.support.api import Api, in_process, live_worker, member_api, register_demo
 from tests.support.server import serving
 

@@ -33,8 +33,8 @@ from punctual.client import (
     UnavailableError,
 )
 from punctual.domain.permissions import Role
-from punctual.usecases import identity
-from punctual.usecases.dispatch import dispatch_due
+from punctual.usecases.scheduled.dispatch import dispatch_due
+from punctual.usecases.tenancy import identity
 from tests.conftest import make_settings
 from tests.support.api import live_worker, register_demo
 from tests.support.server import free_port, serving

@@ -18,8 +18,8 @@ from fastapi.testclient import TestClient
 from punctual import bootstrap
 from punctual.adapters.http.ui.rendering import CONTENT_SECURITY_POLICY
 from punctual.domain.permissions import Role
-from punctual.usecases import identity
-from punctual.usecases.generation import generate
+from punctual.usecases.recurring.generation import generate
+from punctual.usecases.tenancy import identity
 from tests.conftest import FakeClock, make_settings
 from tests.support.api import Api, echo_start, in_process, register_demo
 
@@ -546,7 +546,7 @@ def test_an_unexpected_error_is_a_page_of_its_own_that_tells_nothing(
         raise RuntimeError("internal detail /var/lib/secret")
 
     ui.sign_in(ui.member)
-    monkeypatch.setattr("punctual.usecases.runs.list_runs", broken)
+    monkeypatch.setattr("punctual.usecases.running.runs.list_runs", broken)
     response = ui.client.get("/ui/t/acme/runs")
     assert response.status_code == 500
     assert response.headers["content-security-policy"] == CONTENT_SECURITY_POLICY
@@ -557,7 +557,7 @@ def test_an_unexpected_error_is_a_page_of_its_own_that_tells_nothing(
 
 def test_an_acknowledgement_on_the_page_is_in_the_audit_log(ui: Ui) -> None:
     from punctual.domain.permissions import Principal
-    from punctual.usecases import audit
+    from punctual.usecases.kernel import audit
 
     finding = ui.finding()
     ui.sign_in(ui.member)
@@ -581,7 +581,7 @@ def test_an_acknowledgement_on_the_page_is_in_the_audit_log(ui: Ui) -> None:
 
 
 def test_a_host_wide_finding_has_no_acknowledge_button(ui: Ui) -> None:
-    from punctual.usecases.health import HOST
+    from punctual.usecases.tenancy.health import HOST
 
     with ui.system.store.transaction() as tx:
         tx.findings.raise_finding(

@@ -11,7 +11,7 @@ import pytest
 from punctual import bootstrap
 from punctual.client import ApiError, PunctualClient, retry_until_decided
 from punctual.domain.permissions import Role
-from punctual.usecases import identity
+from punctual.usecases.tenancy import identity
 from tests.conftest import make_settings
 from tests.support.server import serving
 

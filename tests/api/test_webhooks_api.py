@@ -29,9 +29,9 @@ from punctual.adapters.webhooks import HttpWebhookSender, default_allowed_cidrs
 from punctual.client import ApiError, PunctualClient
 from punctual.domain.permissions import Role
 from punctual.ports.records import EncryptedInput
-from punctual.usecases import identity
-from punctual.usecases.delivery import deliver_due
-from punctual.usecases.outbox import KINDS, NotificationEvent, notify
+from punctual.usecases.outbound.delivery import deliver_due
+from punctual.usecases.outbound.outbox import KINDS, NotificationEvent, notify
+from punctual.usecases.tenancy import identity
 from tests.support.api import Api, in_process, member_api
 from tests.support.server import serving
 

@@ -20,11 +20,12 @@ from punctual import bootstrap
 from punctual.domain.permissions import Role
 from punctual.domain.runs import RunState
 from punctual.ports.records import WorkerRecord
-from punctual.usecases import execution, identity
-from punctual.usecases.definitions import register_worker
-from punctual.usecases.dispatch import dispatch_due
-from punctual.usecases.followthrough import follow_through
-from punctual.usecases.generation import generate
+from punctual.usecases.recurring.generation import generate
+from punctual.usecases.running import execution
+from punctual.usecases.running.definitions import register_worker
+from punctual.usecases.running.followthrough import follow_through
+from punctual.usecases.scheduled.dispatch import dispatch_due
+from punctual.usecases.tenancy import identity
 from punctual.worker.definitions import declared_definitions
 from punctual.workflows import load_app
 from tests.conftest import FakeClock

@@ -33,7 +33,7 @@ import psycopg
 from punctual import bootstrap
 from punctual.domain.permissions import Role
 from punctual.settings import Settings, load_settings
-from punctual.usecases import identity
+from punctual.usecases.tenancy import identity
 from tests.chaos.app import RECORD_DIR_VARIABLE
 from tests.e2e.harness import (
     RUNNER_READY,

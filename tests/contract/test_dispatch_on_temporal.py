@@ -18,8 +18,8 @@ from typing import Any
 import pytest
 
 from punctual.ports.engine import EngineUnavailable, RunOrder
-from punctual.usecases import starts
-from punctual.usecases.dispatch import dispatch_due
+from punctual.usecases.scheduled import starts
+from punctual.usecases.scheduled.dispatch import dispatch_due
 from tests.contract.test_engine_contract import (
     ADMIN,
     TENANT,

@@ -39,10 +39,12 @@ from punctual.domain.starts import StartState
 from punctual.errors import Unavailable
 from punctual.ports.engine import Engine, EngineUnavailable, RunOrder
 from punctual.ports.records import WorkerRecord
-from punctual.usecases import identity, runs, starts
-from punctual.usecases.context import Services
-from punctual.usecases.definitions import register_worker
-from punctual.usecases.dispatch import dispatch_due
+from punctual.usecases.kernel.context import Services
+from punctual.usecases.running import runs
+from punctual.usecases.running.definitions import register_worker
+from punctual.usecases.scheduled import starts
+from punctual.usecases.scheduled.dispatch import dispatch_due
+from punctual.usecases.tenancy import identity
 from punctual.workflows import load_app
 from tests.conftest import make_settings
 from tests.support.temporal import free_port

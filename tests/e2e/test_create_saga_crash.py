@@ -24,8 +24,8 @@ from temporalio.service import RPCError
 from punctual import bootstrap
 from punctual.domain.permissions import Role
 from punctual.settings import load_settings
-from punctual.usecases import identity
-from punctual.usecases.reconcile import reconcile
+from punctual.usecases.firing.reconcile import reconcile
+from punctual.usecases.tenancy import identity
 from tests.e2e.harness import DEMO_APP, Managed, free_port, fresh_database, wait_for
 from tests.e2e.temporal_harness import RestartableTemporal, TemporalProcesses
 from tests.support.api import register_demo

@@ -38,7 +38,7 @@ from punctual import bootstrap
 from punctual.adapters.crypto import generate_key_file
 from punctual.domain.permissions import Role
 from punctual.settings import Settings, load_settings
-from punctual.usecases import identity
+from punctual.usecases.tenancy import identity
 from tests.conftest import IN_CI, PG_SERVER
 from tests.e2e.harness import migrate
 from tests.support.api import register_demo

@@ -44,9 +44,10 @@ from punctual.adapters.engines.temporal.ledger import StoreRunLedger
 from punctual.adapters.stores.sql.tables import runs as runs_table
 from punctual.domain.runs import RunState
 from punctual.ports.records import WorkerRecord
-from punctual.usecases import health, runs
-from punctual.usecases.definitions import register_worker
-from punctual.usecases.dispatch import dispatch_due
+from punctual.usecases.running import runs
+from punctual.usecases.running.definitions import register_worker
+from punctual.usecases.scheduled.dispatch import dispatch_due
+from punctual.usecases.tenancy import health
 from punctual.worker.temporal.sync import sync_runs
 from punctual.worker.temporal.worker import TemporalWorker
 from punctual.workflows import load_app

@@ -18,9 +18,9 @@ import pytest
 from punctual import bootstrap
 from punctual.domain.permissions import Principal, Role
 from punctual.errors import Conflict
-from punctual.usecases import starts
-from punctual.usecases.dispatch import dispatch_due
-from punctual.usecases.idempotency import Outcome
+from punctual.usecases.kernel.idempotency import Outcome
+from punctual.usecases.scheduled import starts
+from punctual.usecases.scheduled.dispatch import dispatch_due
 from tests.support.api import enroll, register_demo
 
 ROUNDS = 40

@@ -31,9 +31,11 @@ from punctual.domain.permissions import Principal, Role
 from punctual.domain.runs import Run, RunState
 from punctual.domain.starts import StartState
 from punctual.ports.records import WorkerRecord
-from punctual.usecases import execution, health, identity, starts
-from punctual.usecases.definitions import register_worker
-from punctual.usecases.dispatch import dispatch_due
+from punctual.usecases.running import execution
+from punctual.usecases.running.definitions import register_worker
+from punctual.usecases.scheduled import starts
+from punctual.usecases.scheduled.dispatch import dispatch_due
+from punctual.usecases.tenancy import health, identity
 from punctual.worker.definitions import declared_definitions
 from punctual.workflows import load_app
 from tests.conftest import FakeClock, make_settings

@@ -25,10 +25,11 @@ from punctual.domain.retention import RecordKind
 from punctual.domain.timeutil import to_rfc3339
 from punctual.errors import Forbidden
 from punctual.ports.records import AuditEntry
-from punctual.usecases import audit, identity, retention
-from punctual.usecases.dispatch import dispatch_due
-from punctual.usecases.outbox import NotificationEvent, notify
-from punctual.usecases.retention import RetentionPolicy
+from punctual.usecases.kernel import audit
+from punctual.usecases.outbound.outbox import NotificationEvent, notify
+from punctual.usecases.scheduled.dispatch import dispatch_due
+from punctual.usecases.tenancy import identity, retention
+from punctual.usecases.tenancy.retention import RetentionPolicy
 from tests.conftest import FakeClock, make_settings
 from tests.support.api import Api, in_process, live_worker, register_demo
 

@@ -28,9 +28,9 @@ from punctual.domain.permissions import Principal, Role
 from punctual.embedded import Scheduler
 from punctual.ports.engine import Engine, EngineUnavailable, RunOrder
 from punctual.ports.records import RunFilter
-from punctual.usecases import starts
-from punctual.usecases.dispatch import START_CHUNK, dispatch_due
-from punctual.usecases.generation import generate
+from punctual.usecases.recurring.generation import generate
+from punctual.usecases.scheduled import starts
+from punctual.usecases.scheduled.dispatch import START_CHUNK, dispatch_due
 from tests.conftest import FakeClock, make_settings
 from tests.support.api import enroll, live_worker, register_demo
 
@@ -464,7 +464,7 @@ def test_an_error_deciding_one_overlap_policy_occurrence_leaves_the_others(
 ) -> None:
     """FT-1 for the serialized path: one occurrence whose overlap decision raises is left
     to its lease; the others of the page dispatch, and the pass reports them."""
-    from punctual.usecases import dispatch
+    from punctual.usecases.scheduled import dispatch
 
     system, clock = clocked
     scheduler = Scheduler(system, "acme", "alice", Role.MEMBER)

@@ -38,9 +38,9 @@ from punctual.adapters.drivers.temporal_schedules.messages import (
 )
 from punctual.ports.driver import SyncRecord, SyncState
 from punctual.ports.engine import EngineUnavailable
-from punctual.usecases import driver_switch
-from punctual.usecases.context import SqlDriver
-from punctual.usecases.generation import LOOKAHEAD
+from punctual.usecases.firing import driver_switch
+from punctual.usecases.kernel.context import SqlDriver
+from punctual.usecases.recurring.generation import LOOKAHEAD
 from tests.support.api import Api
 from tests.support.drivers import (
     SQL,

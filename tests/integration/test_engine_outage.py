@@ -17,7 +17,8 @@ from punctual import bootstrap
 from punctual.adapters.engines.local.engine import LocalEngine
 from punctual.domain.permissions import Principal, Role
 from punctual.ports.engine import EngineUnavailable, RunOrder
-from punctual.usecases import health, starts
+from punctual.usecases.scheduled import starts
+from punctual.usecases.tenancy import health
 from tests.conftest import make_settings
 from tests.support.api import enroll, register_demo
 

@@ -31,8 +31,8 @@ from punctual.errors import Conflict
 from punctual.ports.engine import RunOrder
 from punctual.ports.events import Event
 from punctual.ports.records import EncryptedInput, WorkerRecord
-from punctual.usecases.definitions import DeclaredDefinition, register_worker, set_lifecycle
-from punctual.usecases.dispatch import dispatch_due
+from punctual.usecases.running.definitions import DeclaredDefinition, register_worker, set_lifecycle
+from punctual.usecases.scheduled.dispatch import dispatch_due
 from tests.conftest import FakeClock, make_settings
 from tests.support.api import Api, in_process, member_api
 

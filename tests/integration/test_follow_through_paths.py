@@ -37,9 +37,10 @@ from punctual.ports.records import (
     NewWebhook,
     Notification,
 )
-from punctual.usecases import execution, identity
-from punctual.usecases.definitions import set_lifecycle
-from punctual.usecases.followthrough import FollowThroughReport, follow_through
+from punctual.usecases.running import execution
+from punctual.usecases.running.definitions import set_lifecycle
+from punctual.usecases.running.followthrough import FollowThroughReport, follow_through
+from punctual.usecases.tenancy import identity
 from tests.conftest import make_settings
 from tests.integration.test_schedule_runtime import (
     ECHO_V2_INCOMPATIBLE,

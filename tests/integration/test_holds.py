@@ -23,9 +23,10 @@ from punctual.domain.retention import RecordKind, window_for
 from punctual.domain.runs import RunState
 from punctual.errors import Forbidden, InvalidRequest, NotFound
 from punctual.ports.records import DeliveryOutcome, NewAuditEntry, NewDelivery, NewNotification
-from punctual.usecases import holds, schedules
-from punctual.usecases.audit import AuditedRequest, serving
-from punctual.usecases.idempotency import IdempotentRequest, Outcome
+from punctual.usecases.kernel.audit import AuditedRequest, serving
+from punctual.usecases.kernel.idempotency import IdempotentRequest, Outcome
+from punctual.usecases.recurring import schedules
+from punctual.usecases.tenancy import holds
 from tests.integration.test_retention import (
     AUDIT_KEEP,
     KEEP,
@@ -271,7 +272,7 @@ def test_a_tenant_hold_keeps_everything_of_the_tenant_and_nothing_of_others(rig:
 
 
 def holds_plan(rig: Rig) -> dict[str, dict[str, int]]:
-    from punctual.usecases import retention
+    from punctual.usecases.tenancy import retention
 
     return retention.plan(rig.services, POLICY)
 

@@ -42,8 +42,8 @@ from punctual.errors import ConfigurationError
 from punctual.ports.codec import ActiveKeyNotHeld, Codec
 from punctual.ports.records import EncryptedInput, ProcessRecord, Resealed, SealedKind
 from punctual.settings import Settings, load_settings
-from punctual.usecases import keys
-from punctual.usecases.dispatch import dispatch_due
+from punctual.usecases.scheduled.dispatch import dispatch_due
+from punctual.usecases.tenancy import keys
 from tests.conftest import DEV_TOKEN
 from tests.e2e.harness import (
     DEMO_APP,

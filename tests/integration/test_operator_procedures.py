@@ -10,8 +10,8 @@ from punctual import bootstrap
 from punctual.adapters.stores.sql.tables import starts
 from punctual.domain.permissions import Role
 from punctual.domain.runs import DefinitionState
-from punctual.usecases.definitions import set_lifecycle
-from punctual.usecases.dispatch import dispatch_due
+from punctual.usecases.running.definitions import set_lifecycle
+from punctual.usecases.scheduled.dispatch import dispatch_due
 from tests.support.api import echo_start, in_process, live_worker, member_api
 
 

@@ -19,8 +19,8 @@ from punctual import bootstrap
 from punctual.adapters.stores.sql import tables as t
 from punctual.adapters.stores.sql.pending_counts import FOLD_AFTER_ROWS
 from punctual.domain.runs import DefinitionState
-from punctual.usecases.definitions import set_lifecycle
-from punctual.usecases.dispatch import dispatch_due
+from punctual.usecases.running.definitions import set_lifecycle
+from punctual.usecases.scheduled.dispatch import dispatch_due
 from tests.conftest import make_settings
 from tests.support.api import Api, echo_start, in_process, live_worker, member_api, register_demo
 

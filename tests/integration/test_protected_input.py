@@ -34,13 +34,13 @@ from punctual.domain.runs import DefinitionState
 from punctual.errors import ConfigurationError
 from punctual.ports.records import EncryptedInput, WorkerRecord
 from punctual.settings import Settings
-from punctual.usecases.definitions import (
+from punctual.usecases.running.definitions import (
     DeclaredDefinition,
     key_report,
     register_worker,
     set_lifecycle,
 )
-from punctual.usecases.dispatch import dispatch_due
+from punctual.usecases.scheduled.dispatch import dispatch_due
 from punctual.worker.definitions import declared_definitions
 from punctual.workflows import load_app
 from tests.conftest import make_settings

@@ -34,11 +34,11 @@ from punctual.domain.permissions import Principal, Role
 from punctual.errors import PunctualError, QuotaExceeded
 from punctual.ports.records import WorkerRecord
 from punctual.ports.store import Tx
-from punctual.usecases import identity
-from punctual.usecases import starts as start_cases
-from punctual.usecases.definitions import register_worker
-from punctual.usecases.dispatch import dispatch_due
-from punctual.usecases.generation import generate
+from punctual.usecases.recurring.generation import generate
+from punctual.usecases.running.definitions import register_worker
+from punctual.usecases.scheduled import starts as start_cases
+from punctual.usecases.scheduled.dispatch import dispatch_due
+from punctual.usecases.tenancy import identity
 from tests.conftest import make_settings
 from tests.support.api import Api, echo_start, in_process, member_api, register_demo
 
@@ -241,7 +241,7 @@ def test_canceled_and_dispatched_starts_free_quota(
 def test_failed_starts_free_quota(limited: Callable[..., bootstrap.Punctual]) -> None:
     """A terminal ``failed`` start is not pending (QA-1 counts scheduled and dispatching)."""
     from punctual.domain.runs import DefinitionState
-    from punctual.usecases.definitions import set_lifecycle
+    from punctual.usecases.running.definitions import set_lifecycle
 
     system = limited(max_pending_starts=1)
     live_worker(system)

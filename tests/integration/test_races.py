@@ -32,10 +32,10 @@ from punctual.domain.permissions import Principal, Role
 from punctual.domain.runs import DefinitionState
 from punctual.errors import Conflict, QuotaExceeded, RaceLost
 from punctual.ports.records import DueSchedule, NewSchedule, WorkerRecord
-from punctual.usecases import schedules
-from punctual.usecases.definitions import DeclaredDefinition, register_worker, set_lifecycle
-from punctual.usecases.generation import generate
-from punctual.usecases.idempotency import IdempotentRequest, Outcome
+from punctual.usecases.kernel.idempotency import IdempotentRequest, Outcome
+from punctual.usecases.recurring import schedules
+from punctual.usecases.recurring.generation import generate
+from punctual.usecases.running.definitions import DeclaredDefinition, register_worker, set_lifecycle
 from tests.conftest import FakeClock, make_settings
 from tests.support.api import Api, in_process, member_api, register_demo
 

@@ -39,9 +39,11 @@ from punctual.ports.records import (
     NewWebhook,
 )
 from punctual.runner.sweeper import Sweeper
-from punctual.usecases import execution, identity, retention, schedules
-from punctual.usecases.followthrough import follow_through
-from punctual.usecases.retention import RetentionPolicy, SweepReport
+from punctual.usecases.recurring import schedules
+from punctual.usecases.running import execution
+from punctual.usecases.running.followthrough import follow_through
+from punctual.usecases.tenancy import identity, retention
+from punctual.usecases.tenancy.retention import RetentionPolicy, SweepReport
 from tests.integration.test_schedule_runtime import MINUTE, WORKER, Rig, build_rig
 from tests.support.api import in_process, member_api, register_demo
 

@@ -25,9 +25,10 @@ from punctual.adapters.engines.local.engine import LocalEngine
 from punctual.domain.permissions import Principal, Role
 from punctual.domain.starts import StartState
 from punctual.ports.engine import EngineUnavailable
-from punctual.usecases import runs, starts
-from punctual.usecases.dispatch import dispatch_due
-from punctual.usecases.idempotency import IdempotentRequest
+from punctual.usecases.kernel.idempotency import IdempotentRequest
+from punctual.usecases.running import runs
+from punctual.usecases.scheduled import starts
+from punctual.usecases.scheduled.dispatch import dispatch_due
 from tests.conftest import make_settings
 from tests.support.api import enroll, live_worker
 

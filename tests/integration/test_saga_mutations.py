@@ -16,7 +16,7 @@ import pytest
 from punctual import bootstrap
 from punctual.errors import Unavailable
 from punctual.ports.store import Tx
-from punctual.usecases.idempotency import (
+from punctual.usecases.kernel.idempotency import (
     IdempotentRequest,
     Mutation,
     Outcome,

@@ -30,12 +30,14 @@ from punctual.domain.timeutil import to_rfc3339
 from punctual.embedded import Scheduler
 from punctual.errors import Conflict, Forbidden, InvalidRequest, PunctualError, QuotaExceeded
 from punctual.ports.records import WorkerRecord
-from punctual.usecases import execution, schedule_controls, schedules, starts
-from punctual.usecases.definitions import register_worker, set_lifecycle
-from punctual.usecases.dispatch import DispatchReport, dispatch_due
-from punctual.usecases.followthrough import follow_through
-from punctual.usecases.generation import generate
-from punctual.usecases.idempotency import IdempotentRequest, Mutation, Outcome, RecordedError
+from punctual.usecases.kernel.idempotency import IdempotentRequest, Mutation, Outcome, RecordedError
+from punctual.usecases.recurring import schedule_controls, schedules
+from punctual.usecases.recurring.generation import generate
+from punctual.usecases.running import execution
+from punctual.usecases.running.definitions import register_worker, set_lifecycle
+from punctual.usecases.running.followthrough import follow_through
+from punctual.usecases.scheduled import starts
+from punctual.usecases.scheduled.dispatch import DispatchReport, dispatch_due
 from punctual.worker.definitions import declared_definitions
 from punctual.workflows import load_app
 from tests.conftest import FakeClock, make_settings

@@ -15,7 +15,8 @@ from typing import Any
 import pytest
 
 from punctual.domain.runs import RunState
-from punctual.usecases import health, schedules
+from punctual.usecases.recurring import schedules
+from punctual.usecases.tenancy import health
 from tests.integration.test_follow_through_paths import Follow
 from tests.integration.test_schedule_runtime import Rig, build_rig
 

@@ -26,11 +26,12 @@ from punctual.domain.runs import DefinitionState, RunState
 from punctual.domain.timeutil import to_rfc3339
 from punctual.embedded import Scheduler
 from punctual.ports.records import CursorMove, WorkerRecord
-from punctual.usecases import execution, schedules
-from punctual.usecases.definitions import DeclaredDefinition, register_worker, set_lifecycle
-from punctual.usecases.dispatch import DispatchReport, dispatch_due
-from punctual.usecases.followthrough import follow_through
-from punctual.usecases.generation import GenerationReport, generate
+from punctual.usecases.recurring import schedules
+from punctual.usecases.recurring.generation import GenerationReport, generate
+from punctual.usecases.running import execution
+from punctual.usecases.running.definitions import DeclaredDefinition, register_worker, set_lifecycle
+from punctual.usecases.running.followthrough import follow_through
+from punctual.usecases.scheduled.dispatch import DispatchReport, dispatch_due
 from punctual.worker.definitions import declared_definitions
 from punctual.workflows import load_app
 from tests.conftest import FakeClock, make_settings

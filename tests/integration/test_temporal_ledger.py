@@ -18,8 +18,9 @@ import sqlalchemy as sa
 from punctual import bootstrap
 from punctual.adapters.engines.temporal.ledger import OutcomeRefused, StoreRunLedger
 from punctual.domain.runs import RunErrorCode, RunState, run_error
-from punctual.usecases import health, runs
-from punctual.usecases.projections import ts
+from punctual.usecases.kernel.projections import ts
+from punctual.usecases.running import runs
+from punctual.usecases.tenancy import health
 from tests.conftest import make_settings
 from tests.integration.test_run_operations_faults import ALICE, dispatched_run
 from tests.support.api import live_worker

@@ -35,9 +35,9 @@ from punctual.errors import Unavailable
 from punctual.ports.driver import DriverSchedule
 from punctual.ports.engine import EngineUnavailable
 from punctual.resources import Schedule as ScheduleResource
-from punctual.usecases import schedule_driver
-from punctual.usecases.health import host_report
-from punctual.usecases.reconcile import reconcile
+from punctual.usecases.firing import schedule_driver
+from punctual.usecases.firing.reconcile import reconcile
+from punctual.usecases.tenancy.health import host_report
 from tests.api.test_starts_on_temporal import temporal_settings
 from tests.support.api import Api, future, in_process, member_api, register_demo
 from tests.support.drivers import poll

@@ -25,8 +25,8 @@ from temporalio.client import Client
 
 from punctual import bootstrap
 from punctual.ports.driver import SkipMark
-from punctual.usecases.driver_skips import MARGIN, DriverSkipsReport, record_driver_skips
-from punctual.usecases.reconcile import reconcile
+from punctual.usecases.firing.driver_skips import MARGIN, DriverSkipsReport, record_driver_skips
+from punctual.usecases.firing.reconcile import reconcile
 from tests.api.test_starts_on_temporal import temporal_settings
 from tests.support.api import Api, in_process, member_api, register_demo
 from tests.support.drivers import poll

@@ -16,7 +16,7 @@ import pytest
 
 from punctual import bootstrap
 from punctual.domain.permissions import Principal, Role
-from punctual.usecases import starts
+from punctual.usecases.scheduled import starts
 from tests.conftest import make_settings
 from tests.support.api import enroll
 

@@ -31,8 +31,8 @@ from punctual.domain.webhooks import GIVE_UP_AFTER, MAX_DELAY, display_url
 from punctual.ports.events import Event
 from punctual.ports.records import Delivery, DeliveryOutcome, EncryptedInput, NewWebhook
 from punctual.runner.deliverer import Deliverer
-from punctual.usecases.context import Services
-from punctual.usecases.delivery import (
+from punctual.usecases.kernel.context import Services
+from punctual.usecases.outbound.delivery import (
     FINDING_KIND,
     USER_AGENT,
     deliver_due,
@@ -40,7 +40,7 @@ from punctual.usecases.delivery import (
     request_body,
     request_headers,
 )
-from punctual.usecases.outbox import NotificationEvent, notify
+from punctual.usecases.outbound.outbox import NotificationEvent, notify
 from tests.conftest import FakeClock, make_settings
 from tests.support.server import free_port
 from tests.support.webhook_receiver import Received, Receiver, receiving

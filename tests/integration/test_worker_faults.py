@@ -24,7 +24,7 @@ from punctual.domain.ids import new_id
 from punctual.domain.runs import Run, RunState
 from punctual.errors import Unavailable
 from punctual.ports.records import EncryptedInput, NewRun, RunClaim
-from punctual.usecases import execution
+from punctual.usecases.running import execution
 from punctual.worker.local import LocalWorker
 from tests.conftest import make_settings
 from tests.integration.worker_app import NUL_RESULT

@@ -16,7 +16,7 @@ from punctual.adapters.executor import Outcome
 from punctual.domain.runs import RunState
 from punctual.ports.doorbell import Doorbell
 from punctual.ports.records import ClaimedRun, EncryptedInput
-from punctual.usecases import execution
+from punctual.usecases.running import execution
 from punctual.worker.local import LocalWorker, WorkerOptions
 from punctual.workflows import load_app
 from tests.integration.test_worker_faults import (

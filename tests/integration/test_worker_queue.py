@@ -14,8 +14,8 @@ import pytest
 from punctual import bootstrap
 from punctual.domain.runs import RunState
 from punctual.ports.records import RunClaim
-from punctual.usecases import execution
-from punctual.usecases.context import Services
+from punctual.usecases.kernel.context import Services
+from punctual.usecases.running import execution
 from punctual.worker.local import LocalWorker
 from tests.integration.test_worker_faults import (
     APP_REF,

@@ -20,7 +20,7 @@ from punctual.domain import backoff
 from punctual.domain.permissions import Role
 from punctual.domain.runs import RunState
 from punctual.errors import Unavailable
-from punctual.usecases import execution
+from punctual.usecases.running import execution
 from tests.conftest import make_settings
 from tests.support.api import Api, in_process, member_api
 

@@ -14,7 +14,7 @@ from fastapi.testclient import TestClient
 
 from punctual import bootstrap
 from punctual.domain.permissions import Principal, Role
-from punctual.usecases import identity
+from punctual.usecases.tenancy import identity
 
 UNDECIDED = {"status": "in_progress"}
 DECIDED_WITHIN_SECONDS = 60.0
@@ -153,7 +153,7 @@ def echo_start(start_at: str | None = None, **overrides: Any) -> dict[str, Any]:
 def register_demo(system: bootstrap.Punctual) -> None:
     """Register the demo app's definitions as a worker would, without starting one."""
     from punctual.ports.records import WorkerRecord
-    from punctual.usecases.definitions import register_worker
+    from punctual.usecases.running.definitions import register_worker
     from punctual.worker.definitions import declared_definitions
     from punctual.workflows import load_app
 
@@ -177,7 +177,7 @@ def live_worker(system: bootstrap.Punctual) -> None:
     """Record a live worker with the demo versions loaded, so that dispatch can pin them
     without starting worker processes."""
     from punctual.ports.records import WorkerRecord
-    from punctual.usecases.definitions import register_worker
+    from punctual.usecases.running.definitions import register_worker
     from punctual.worker.definitions import declared_definitions
     from punctual.workflows import load_app
 

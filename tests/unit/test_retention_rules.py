@@ -22,7 +22,7 @@ from punctual.domain.retention import (
 )
 from punctual.errors import ConfigurationError
 from punctual.settings import load_settings
-from punctual.usecases.retention import RetentionPolicy
+from punctual.usecases.tenancy.retention import RetentionPolicy
 
 NOW = datetime(2026, 12, 5, 12, 0, tzinfo=UTC)
 

@@ -48,7 +48,7 @@ from punctual.domain.schedules import (
     trigger_instant,
 )
 from punctual.domain.timeutil import to_rfc3339
-from punctual.usecases.schedules import preview
+from punctual.usecases.recurring.schedules import preview
 
 MS = timedelta(milliseconds=1)
 MINUTE = timedelta(minutes=1)

@@ -106,7 +106,7 @@ def activate(
     """Make KEY the active key, recorded in the store; refused while a live process lacks it."""
     from punctual.adapters import crypto
     from punctual.adapters.clock import SystemClock
-    from punctual.usecases import keys
+    from punctual.usecases.tenancy import keys
 
     with _json_error(as_json):
         settings = host_settings(config, database_url)
@@ -146,7 +146,7 @@ def check(
     """Each key id: what stored values still need it and which live processes hold it."""
     from punctual.adapters import crypto
     from punctual.adapters.clock import SystemClock
-    from punctual.usecases import keys
+    from punctual.usecases.tenancy import keys
 
     with _json_error(as_json):
         settings = host_settings(config, database_url)
@@ -159,7 +159,7 @@ def check(
 
 
 def _check_text(report: dict[str, Any]) -> str:
-    from punctual.usecases import keys
+    from punctual.usecases.tenancy import keys
 
     active = report["active_key_id"]
     lines = [f"active key: {active}" if active else "active key: none recorded in the store"]
@@ -191,7 +191,7 @@ def rewrap(
     database_url: DbOpt = None,
 ) -> None:
     """Seal stored input and webhook URLs and secrets again with the active key."""
-    from punctual.usecases import keys
+    from punctual.usecases.tenancy import keys
 
     with _json_error(as_json):
         settings = host_settings(config, database_url)
@@ -234,7 +234,7 @@ def retire(
     """Remove KEY from the key file; refused while it is active or anything needs it."""
     from punctual.adapters import crypto
     from punctual.adapters.clock import SystemClock
-    from punctual.usecases import keys
+    from punctual.usecases.tenancy import keys
 
     with _json_error(as_json):
         settings = host_settings(config, database_url)

@@ -232,7 +232,7 @@ def _serve_internal(system: Punctual, sock: socket.socket) -> None:
 
 def _bootstrap_default_tenant(system: Punctual, dev_token: str | None) -> None:
     """First start: tenant ``default`` with an admin token (``--dev-token`` or a new one)."""
-    from punctual.usecases import identity
+    from punctual.usecases.tenancy import identity
 
     issued = identity.bootstrap_default_tenant(system.services, dev_token)
     if issued is not None:
@@ -304,7 +304,7 @@ def tokens_create(
     database_url: DbOpt = None,
 ) -> None:
     """Create a tenant member if needed and print a new token for it."""
-    from punctual.usecases import identity
+    from punctual.usecases.tenancy import identity
 
     system = _system(config, database_url)
     try:
@@ -330,7 +330,7 @@ def definitions_list(
     as_json: JsonOpt = False, config: ConfigOpt = None, database_url: DbOpt = None
 ) -> None:
     """List every workflow version, its state and whether a live worker has it loaded."""
-    from punctual.usecases import definitions
+    from punctual.usecases.running import definitions
 
     system = _system(config, database_url)
     try:
@@ -353,7 +353,7 @@ def _lifecycle(
     database_url: str | None,
     as_json: bool,
 ) -> None:
-    from punctual.usecases import definitions
+    from punctual.usecases.running import definitions
 
     system = _system(config, database_url)
     try:
@@ -408,7 +408,7 @@ def definitions_check(
     as_json: JsonOpt = False, config: ConfigOpt = None, database_url: DbOpt = None
 ) -> None:
     """Deployment preflight: what each version is still needed by."""
-    from punctual.usecases import definitions
+    from punctual.usecases.running import definitions
 
     system = _system(config, database_url)
     try:

@@ -31,7 +31,7 @@ def plan(
     """Print what the next sweep would remove, per tenant and kind, removing nothing."""
     settings = host_settings(config, database_url)
     from punctual import bootstrap  # inside, after the settings: see punctual.cli.main
-    from punctual.usecases import retention
+    from punctual.usecases.tenancy import retention
 
     system = bootstrap.build(settings)
     try:

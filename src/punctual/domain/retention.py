@@ -1,6 +1,6 @@
 """Retention rules (RT-1): which records expire when, and what a hold covers.
 
-Pure: the sweep (``usecases/retention.py``) asks these rules for its windows, and the
+Pure: the sweep (``usecases/tenancy/retention.py``) asks these rules for its windows, and the
 store applies them in SQL. Time is passed in.
 """
 

@@ -3,7 +3,7 @@
 One definition serves two readers: ``/openapi.json`` names these models as its component
 schemas (so a generated client is typed), and ``punctual.client`` parses answers into them
 (so a Python caller is typed). The fields are exactly those of the server's views
-(``punctual.usecases.projections``); a test compares them with live answers.
+(``punctual.usecases.kernel.projections``); a test compares them with live answers.
 
 Models accept fields they do not know (``additionalProperties``): the API may add fields,
 and an older client keeps working. Each model keeps the JSON it was parsed from in

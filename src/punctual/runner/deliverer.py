@@ -13,8 +13,8 @@ import logging
 import threading
 
 from punctual.errors import Unavailable
-from punctual.usecases.context import Services
-from punctual.usecases.delivery import SEND_CONCURRENCY, deliver_due
+from punctual.usecases.kernel.context import Services
+from punctual.usecases.outbound.delivery import SEND_CONCURRENCY, deliver_due
 
 log = logging.getLogger("punctual.deliverer")
 

@@ -16,8 +16,8 @@ from dataclasses import replace
 
 from punctual.errors import Unavailable
 from punctual.ports.records import ProcessRecord
-from punctual.usecases import keys
-from punctual.usecases.context import Services
+from punctual.usecases.kernel.context import Services
+from punctual.usecases.tenancy import keys
 
 log = logging.getLogger("punctual.keys")
 

@@ -23,12 +23,12 @@ from datetime import datetime
 from punctual.domain.ids import new_id
 from punctual.errors import Unavailable
 from punctual.ports.doorbell import Doorbell
-from punctual.usecases import execution
-from punctual.usecases.context import Services
-from punctual.usecases.dispatch import dispatch_due
-from punctual.usecases.followthrough import follow_through
-from punctual.usecases.generation import LOOKAHEAD, generate
-from punctual.usecases.health import HOST
+from punctual.usecases.kernel.context import Services
+from punctual.usecases.recurring.generation import LOOKAHEAD, generate
+from punctual.usecases.running import execution
+from punctual.usecases.running.followthrough import follow_through
+from punctual.usecases.scheduled.dispatch import dispatch_due
+from punctual.usecases.tenancy.health import HOST
 
 log = logging.getLogger("punctual.runner")
 

@@ -6,8 +6,8 @@ import logging
 import threading
 
 from punctual.errors import Unavailable
-from punctual.usecases.context import Services
-from punctual.usecases.reconcile import reconcile
+from punctual.usecases.firing.reconcile import reconcile
+from punctual.usecases.kernel.context import Services
 
 log = logging.getLogger("punctual.runner")
 

@@ -19,8 +19,8 @@ import time
 from collections.abc import Callable
 
 from punctual.errors import Unavailable
-from punctual.usecases.context import Services
-from punctual.usecases.retention import RetentionPolicy, SweepReport, sweep
+from punctual.usecases.kernel.context import Services
+from punctual.usecases.tenancy.retention import RetentionPolicy, SweepReport, sweep
 
 log = logging.getLogger("punctual.sweeper")
 

@@ -4,7 +4,7 @@ artifact of its code, so that runs go only to workers whose code is the register
 
 from __future__ import annotations
 
-from punctual.usecases.definitions import DeclaredDefinition
+from punctual.usecases.running.definitions import DeclaredDefinition
 from punctual.workflows import App
 
 

@@ -33,8 +33,8 @@ from punctual.domain.runs import RunErrorCode, RunState, run_error
 from punctual.errors import Unavailable
 from punctual.ports.doorbell import Doorbell
 from punctual.ports.records import ClaimedRun, RunClaim, RunFlags, WorkerRecord
-from punctual.usecases import execution
-from punctual.usecases.context import Services
+from punctual.usecases.kernel.context import Services
+from punctual.usecases.running import execution
 from punctual.worker.definitions import declared_definitions
 from punctual.workflows import App
 

@@ -25,7 +25,7 @@ from punctual.adapters.http.routes import (
     webhooks,
 )
 from punctual.resources import Liveness, Readiness
-from punctual.usecases import health
+from punctual.usecases.tenancy import health
 
 
 class BodyLimit:

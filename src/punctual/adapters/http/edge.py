@@ -25,18 +25,19 @@ from punctual.adapters.http.status import envelope
 from punctual.domain.permissions import Principal
 from punctual.domain.starts import HOST_OWNED_FIELDS
 from punctual.errors import BadRequest, InvalidRequest, PunctualError
-from punctual.usecases import audit, identity
-from punctual.usecases.audit import AuditedRequest
-from punctual.usecases.context import Services
-from punctual.usecases.idempotency import (
+from punctual.usecases.kernel import audit
+from punctual.usecases.kernel.audit import AuditedRequest
+from punctual.usecases.kernel.context import Services
+from punctual.usecases.kernel.idempotency import (
     IdempotentRequest,
     Mutation,
     MutationRunner,
     Outcome,
     RecordedError,
 )
-from punctual.usecases.mutations import Subject, check_tenant, in_order
-from punctual.usecases.paging import BIGINT_MAX
+from punctual.usecases.kernel.mutations import Subject, check_tenant, in_order
+from punctual.usecases.kernel.paging import BIGINT_MAX
+from punctual.usecases.tenancy import identity
 
 log = logging.getLogger("punctual.http")
 
@@ -373,7 +374,7 @@ def mutate(
 ) -> Response:
     """Authenticate, then replay or run the mutation under the request's key: the tenant
     checked, then ``subject`` (a ``404`` before the body is read), then ``decide``, which
-    reads the body and names the use case's mutation (``punctual.usecases.mutations``)."""
+    reads the body and names the use case's mutation (``punctual.usecases.kernel.mutations``)."""
     try:
         principal = edge.principal(request)
         key = idempotency_key(request)

@@ -18,19 +18,23 @@ from pydantic import (
 )
 
 from punctual.domain.webhooks import MAX_URL_LENGTH
-from punctual.usecases.holds import MAX_REASON_LENGTH, PlaceHold
-from punctual.usecases.identity import SUBJECT_MAX
-from punctual.usecases.paging import BIGINT_MAX
-from punctual.usecases.schedule_controls import BackfillSchedule, TriggerSchedule, UpsertByName
-from punctual.usecases.schedules import CreateSchedule
-from punctual.usecases.starts import CancelStart, CreateStart, RescheduleStart
-from punctual.usecases.transfer import TransferSchedule
-from punctual.usecases.webhooks import (
+from punctual.usecases.kernel.paging import BIGINT_MAX
+from punctual.usecases.outbound.webhooks import (
     MAX_EVENTS,
     MAX_SECRET_LENGTH,
     CreateWebhook,
     UpdateWebhook,
 )
+from punctual.usecases.recurring.schedule_controls import (
+    BackfillSchedule,
+    TriggerSchedule,
+    UpsertByName,
+)
+from punctual.usecases.recurring.schedules import CreateSchedule
+from punctual.usecases.recurring.transfer import TransferSchedule
+from punctual.usecases.scheduled.starts import CancelStart, CreateStart, RescheduleStart
+from punctual.usecases.tenancy.holds import MAX_REASON_LENGTH, PlaceHold
+from punctual.usecases.tenancy.identity import SUBJECT_MAX
 
 Label = Annotated[str, StringConstraints(max_length=500)]
 

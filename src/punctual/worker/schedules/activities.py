@@ -23,8 +23,8 @@ from punctual.adapters.drivers.temporal_schedules.messages import (
     SettleRequest,
 )
 from punctual.errors import Unavailable
-from punctual.usecases import schedule_driver
-from punctual.usecases.context import Services
+from punctual.usecases.firing import schedule_driver
+from punctual.usecases.kernel.context import Services
 
 SETTLE_POLL_SECONDS = 0.5
 

@@ -15,7 +15,7 @@ from temporalio.worker.workflow_sandbox import SandboxedWorkflowRunner, SandboxR
 
 from punctual.adapters.drivers.temporal_schedules.messages import FIRE_TASK_QUEUE
 from punctual.adapters.drivers.temporal_schedules.workflow import PunctualFire
-from punctual.usecases.context import Services
+from punctual.usecases.kernel.context import Services
 from punctual.worker.schedules.activities import FireActivities
 
 log = logging.getLogger("punctual.driver.temporal_schedules")

@@ -59,7 +59,7 @@ from punctual.ports.codec import InputKeyUnknown, InputUndecryptable
 from punctual.ports.events import Event
 from punctual.ports.records import RunRecord
 from punctual.ports.store import OutcomeRefused
-from punctual.usecases.context import Services
+from punctual.usecases.kernel.context import Services
 
 log = logging.getLogger("punctual.worker.temporal")
 

@@ -43,7 +43,7 @@ from punctual.ports.engine import RunOrder
 from punctual.ports.events import Event
 from punctual.ports.records import RunRecord
 from punctual.ports.store import OutcomeRefused
-from punctual.usecases.context import Services
+from punctual.usecases.kernel.context import Services
 
 log = logging.getLogger("punctual.sync.temporal")
 

@@ -42,8 +42,8 @@ from punctual.domain.ids import new_id
 from punctual.errors import Unavailable
 from punctual.ports.engine import EngineUnavailable
 from punctual.ports.records import WorkerRecord
-from punctual.usecases import execution
-from punctual.usecases.context import Services
+from punctual.usecases.kernel.context import Services
+from punctual.usecases.running import execution
 from punctual.worker.definitions import declared_definitions
 from punctual.worker.temporal.activity import RunExecutor
 from punctual.workflows import App, load_app

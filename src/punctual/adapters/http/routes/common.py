@@ -11,7 +11,7 @@ from pydantic import BaseModel
 
 from punctual.adapters.http.edge import Edge
 from punctual.adapters.http.schemas import documented_as, request_body_ref
-from punctual.usecases.paging import MAX_LIMIT
+from punctual.usecases.kernel.paging import MAX_LIMIT
 
 
 def get_edge(request: Request) -> Edge:

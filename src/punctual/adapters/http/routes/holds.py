@@ -21,7 +21,8 @@ from punctual.adapters.http.routes.common import (
 )
 from punctual.adapters.http.schemas import PlaceHoldBody, documented_as
 from punctual.resources import AuditPage, Hold, HoldPage
-from punctual.usecases import audit, holds
+from punctual.usecases.kernel import audit
+from punctual.usecases.tenancy import holds
 
 router = APIRouter(prefix="/v1/tenants/{tenant}", dependencies=[Security(BEARER)])
 EdgeDep = Annotated[Edge, Depends(get_edge)]

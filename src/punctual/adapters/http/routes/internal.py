@@ -38,8 +38,10 @@ from punctual.resources import (
     Resource,
     WorkerHealth,
 )
-from punctual.usecases import definitions, health, holds, reconcile
-from punctual.usecases.holds import MAX_REASON_LENGTH, PlaceHold, RequestLine
+from punctual.usecases.firing import reconcile
+from punctual.usecases.running import definitions
+from punctual.usecases.tenancy import health, holds
+from punctual.usecases.tenancy.holds import MAX_REASON_LENGTH, PlaceHold, RequestLine
 
 PREFIX = "/internal"
 TOKEN_HEADER = "X-Internal-Token"

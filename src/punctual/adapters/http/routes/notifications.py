@@ -20,7 +20,7 @@ from punctual.adapters.http.routes.common import (
     raw_body,
 )
 from punctual.resources import Notification, NotificationPage
-from punctual.usecases import feed
+from punctual.usecases.outbound import feed
 
 router = APIRouter(
     prefix="/v1/tenants/{tenant}", tags=["notifications"], dependencies=[Security(BEARER)]

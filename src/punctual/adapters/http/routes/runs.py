@@ -22,7 +22,7 @@ from punctual.adapters.http.routes.common import (
 )
 from punctual.domain.runs import RunState
 from punctual.resources import Run, RunPage
-from punctual.usecases import runs
+from punctual.usecases.running import runs
 
 router = APIRouter(
     prefix="/v1/tenants/{tenant}/runs", tags=["runs"], dependencies=[Security(BEARER)]

@@ -55,8 +55,9 @@ from punctual.resources import (
     ScheduleUpsert,
     UpsertPlan,
 )
-from punctual.usecases import mutations, schedule_controls, schedules, transfer
-from punctual.usecases.idempotency import Mutation
+from punctual.usecases.kernel import mutations
+from punctual.usecases.kernel.idempotency import Mutation
+from punctual.usecases.recurring import schedule_controls, schedules, transfer
 
 router = APIRouter(
     prefix="/v1/tenants/{tenant}", tags=["schedules"], dependencies=[Security(BEARER)]

@@ -49,7 +49,8 @@ from punctual.domain.permissions import Action, require
 from punctual.domain.starts import StartState
 from punctual.errors import InvalidRequest, PunctualError
 from punctual.resources import BatchCreateResult, Start, StartPage
-from punctual.usecases import mutations, starts
+from punctual.usecases.kernel import mutations
+from punctual.usecases.scheduled import starts
 
 router = APIRouter(
     prefix="/v1/tenants/{tenant}/scheduled-starts",

@@ -21,8 +21,9 @@ from punctual.adapters.http.routes.common import (
 from punctual.adapters.http.schemas import MemberBody, TokenBody
 from punctual.domain.permissions import Principal
 from punctual.resources import DefinitionPage, Finding, Health, IssuedToken, Member, TokenPage
-from punctual.usecases import definitions, health, identity
-from punctual.usecases.idempotency import Mutation
+from punctual.usecases.kernel.idempotency import Mutation
+from punctual.usecases.running import definitions
+from punctual.usecases.tenancy import health, identity
 
 router = APIRouter(prefix="/v1/tenants/{tenant}", tags=["tenant"], dependencies=[Security(BEARER)])
 EdgeDep = Annotated[Edge, Depends(get_edge)]

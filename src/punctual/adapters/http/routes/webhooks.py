@@ -21,7 +21,8 @@ from punctual.adapters.http.routes.common import (
 from punctual.adapters.http.schemas import CreateWebhookBody, PatchWebhookBody
 from punctual.errors import PunctualError
 from punctual.resources import DeliveryPage, Queued, Webhook, WebhookPage
-from punctual.usecases import mutations, webhooks
+from punctual.usecases.kernel import mutations
+from punctual.usecases.outbound import webhooks
 
 router = APIRouter(
     prefix="/v1/tenants/{tenant}", tags=["webhooks"], dependencies=[Security(BEARER)]

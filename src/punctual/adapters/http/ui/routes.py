@@ -45,8 +45,12 @@ from punctual.adapters.http.ui.session import (
 from punctual.domain.permissions import Action, Principal, allowed
 from punctual.domain.timeutil import parse_rfc3339
 from punctual.errors import BadRequest, NotFound, PunctualError, Unauthenticated
-from punctual.usecases import audit, health, identity, runs, schedules, starts
-from punctual.usecases.idempotency import IdempotentRequest, RecordedError
+from punctual.usecases.kernel import audit
+from punctual.usecases.kernel.idempotency import IdempotentRequest, RecordedError
+from punctual.usecases.recurring import schedules
+from punctual.usecases.running import runs
+from punctual.usecases.scheduled import starts
+from punctual.usecases.tenancy import health, identity
 
 log = logging.getLogger("punctual.http.ui")
 

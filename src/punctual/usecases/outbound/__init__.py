@@ -1,0 +1,3 @@
+"""What leaves punctual: the outbox of notifications and webhook deliveries, the personal feed,
+webhooks (CR-4).
+"""

@@ -1,0 +1,3 @@
+"""Recurring schedules: their lifecycle, controls, the generation pass, occurrence rows,
+ownership transfer (RS-*).
+"""

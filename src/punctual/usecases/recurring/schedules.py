@@ -1,0 +1,725 @@
+"""Recurring schedules: create, read, edit, pause/resume, delete, occurrences, preview (RS-*).
+
+Every mutation is a function ``(tx, now) -> Outcome`` built from a frozen command, run by
+the same idempotency mechanism as starts. Check order (API.md): existence, validation that
+reads only the request, role, checks that need stored input (FT-4), state, version.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field, replace
+from datetime import datetime, timedelta
+from typing import Any
+
+from punctual.domain.ids import new_id
+from punctual.domain.permissions import Action, Principal, require
+from punctual.domain.recurrence import (
+    IntervalSpec,
+    RecurrenceError,
+    RecurrenceSpec,
+    next_fires,
+)
+from punctual.domain.schedules import (
+    MAX_CATCH_UP_LIMIT,
+    MissedPolicy,
+    OverlapPolicy,
+    Schedule,
+    SchedulePolicy,
+    SkippedRange,
+    VersionPolicy,
+    has_ended,
+    max_jitter_ms,
+    next_bounded_fire,
+    remaining_occurrences,
+    skipped_range,
+    spec_from_json,
+)
+from punctual.domain.starts import StartState, check_mutable
+from punctual.domain.timeutil import parse_rfc3339, require_aware, to_rfc3339
+from punctual.errors import Conflict, InvalidRequest, QuotaExceeded, not_found, version_conflict
+from punctual.ports.records import NewSchedule
+from punctual.ports.store import Tx
+from punctual.usecases.firing import schedule_driver
+from punctual.usecases.kernel.admission import admit_input_and_class, admit_input_size
+from punctual.usecases.kernel.context import Services
+from punctual.usecases.kernel.idempotency import Mutation, Outcome
+from punctual.usecases.kernel.paging import check_choice, check_limit, decode_cursor, page
+from punctual.usecases.kernel.projections import fire_view, occurrence_view
+from punctual.usecases.recurring.occurrence_rows import new_occurrence
+from punctual.usecases.running.definitions import input_problems, require_active
+from punctual.usecases.running.followthrough import SCHEDULE_FAILING
+
+PREVIEW_DEFAULT_COUNT = 10
+EDITABLE_FIELDS = frozenset(
+    {
+        "name",
+        "workflow",
+        "input",
+        "spec",
+        "overlap",
+        "missed",
+        "max_catch_up",
+        "catch_up_window",
+        "misfire_grace_ms",
+        "enabled",
+        "version_policy",
+        "workload_class",
+        "regression",
+        "end_at",
+        "max_occurrences",
+        "jitter_ms",
+        "source",
+    }
+)
+_REVISION_FIELDS = frozenset({"workflow", "input", "spec"})
+
+
+@dataclass(frozen=True)
+class CreateSchedule:
+    name: str
+    workflow: str
+    input: Any
+    spec: dict[str, Any]
+    overlap: str | None
+    missed: str | None
+    workload_class: str
+    max_catch_up: int = 10
+    catch_up_window: float | None = None
+    misfire_grace_ms: int = 60_000
+    enabled: bool = True
+    version_policy: str = VersionPolicy.ACTIVE_AT_FIRE.value
+    regression: dict[str, Any] | None = None
+    end_at: datetime | str | None = None
+    max_occurrences: int | None = None
+    jitter_ms: int = 0
+    source: str | None = None
+    """The file of schedules it is applied from (RS-9e); prune touches only its own."""
+
+
+@dataclass(frozen=True)
+class UpdateSchedule:
+    schedule_id: str
+    version: int
+    changes: dict[str, Any] = field(default_factory=dict)
+
+
+@dataclass(frozen=True)
+class ListOccurrences:
+    schedule_id: str
+    state: str | None = None
+    limit: int = 50
+    cursor: str | None = None
+
+
+def parse_spec(data: dict[str, Any], now: datetime) -> RecurrenceSpec:
+    """A spec from the API; an interval without ``starts_at`` starts one interval from now."""
+    if not isinstance(data, dict) or ("cron" in data) == ("interval_ms" in data):
+        raise InvalidRequest(
+            "spec must have either 'cron' (with an optional 'time_zone') or 'interval_ms'",
+            errors=[{"loc": ["body", "spec"], "msg": "cron or interval_ms", "type": "spec"}],
+        )
+    allowed = (
+        {"cron", "time_zone", "dst_gap", "dst_overlap"}
+        if "cron" in data
+        else {"interval_ms", "starts_at"}
+    )
+    unknown = sorted(set(data) - allowed)
+    if unknown:
+        raise InvalidRequest(
+            f"spec does not take {', '.join(unknown)}",
+            errors=[
+                {"loc": ["body", "spec", k], "msg": "unknown field", "type": "extra"}
+                for k in unknown
+            ],
+        )
+    try:
+        spec = spec_from_json(data)
+    except RecurrenceError as exc:
+        raise InvalidRequest(exc.message, code=exc.code, **exc.details) from exc
+    except (ValueError, TypeError) as exc:
+        raise InvalidRequest(
+            f"invalid spec: {exc}",
+            errors=[{"loc": ["body", "spec"], "msg": str(exc), "type": "value_error"}],
+        ) from exc
+    if isinstance(spec, IntervalSpec) and spec.starts_at is None:
+        spec = IntervalSpec(spec.interval_ms, now + timedelta(milliseconds=spec.interval_ms))
+    return spec
+
+
+def _choice(name: str, value: Any, enum: type[Any]) -> Any:
+    if value is None:
+        raise InvalidRequest(
+            f"{name} is required: choose what happens "
+            + ("when a run is still going" if name == "overlap" else "after downtime")
+            + f" ({', '.join(e.value for e in enum)})",
+            code="policy_required",
+            field=name,
+        )
+    try:
+        return enum(value)
+    except ValueError:
+        raise InvalidRequest(
+            f"{name} must be one of {', '.join(e.value for e in enum)}",
+            errors=[{"loc": ["body", name], "msg": "not an allowed value", "type": "enum"}],
+        ) from None
+
+
+def parse_policy(values: dict[str, Any]) -> SchedulePolicy:
+    overlap = _choice("overlap", values.get("overlap"), OverlapPolicy)
+    missed = _choice("missed", values.get("missed"), MissedPolicy)
+    max_catch_up = values.get("max_catch_up", 10)
+    window = values.get("catch_up_window")
+    grace = values.get("misfire_grace_ms", 60_000)
+    problems = []
+    if not isinstance(max_catch_up, int) or not 1 <= max_catch_up <= MAX_CATCH_UP_LIMIT:
+        problems.append(("max_catch_up", f"must be a whole number from 1 to {MAX_CATCH_UP_LIMIT}"))
+    if window is not None and (not isinstance(window, int | float) or window <= 0):
+        problems.append(("catch_up_window", "must be a positive number of seconds"))
+    if not isinstance(grace, int) or grace < 0:
+        problems.append(("misfire_grace_ms", "must be a whole number of milliseconds >= 0"))
+    if problems:
+        raise InvalidRequest(
+            "; ".join(f"{name} {msg}" for name, msg in problems),
+            errors=[{"loc": ["body", n], "msg": m, "type": "value_error"} for n, m in problems],
+        )
+    return SchedulePolicy(
+        overlap=overlap,
+        missed=missed,
+        max_catch_up=max_catch_up,
+        catch_up_window=timedelta(seconds=window) if window is not None else None,
+        misfire_grace=timedelta(milliseconds=grace),
+    )
+
+
+def parse_regression(value: Any) -> dict[str, Any] | None:
+    """``{"metrics": [{"path", "better": higher|lower, "tolerance" >= 0}]}`` or null."""
+    if value is None:
+        return None
+    try:
+        metrics = value["metrics"]
+        assert isinstance(metrics, list) and metrics
+        cleaned = []
+        for metric in metrics:
+            assert isinstance(metric["path"], str) and metric["path"]
+            assert metric["better"] in ("higher", "lower")
+            tolerance = float(metric.get("tolerance", 0.0))
+            assert tolerance >= 0
+            cleaned.append(
+                {"path": metric["path"], "better": metric["better"], "tolerance": tolerance}
+            )
+    except (AssertionError, KeyError, TypeError, ValueError):
+        raise InvalidRequest(
+            "regression must be {'metrics': [{'path': 'metrics.score', 'better': 'higher' or "
+            "'lower', 'tolerance': number >= 0}, ...]}",
+            errors=[{"loc": ["body", "regression"], "msg": "invalid policy", "type": "value"}],
+        ) from None
+    return {"metrics": cleaned}
+
+
+def _check_input(tx: Tx, workflow: str, payload: Any) -> str:
+    definition = require_active(tx, workflow)
+    problems = input_problems(definition, payload)
+    if problems:
+        raise InvalidRequest(
+            f"input does not validate against {workflow} version {definition.version}: "
+            + "; ".join(problems),
+            code="input_invalid",
+            errors=problems,
+        )
+    return definition.version
+
+
+def _version_policy(value: Any) -> VersionPolicy:
+    try:
+        return VersionPolicy(value)
+    except ValueError:
+        raise InvalidRequest(
+            "version_policy must be active_at_fire or pinned",
+            errors=[{"loc": ["body", "version_policy"], "msg": "enum", "type": "enum"}],
+        ) from None
+
+
+def parse_end_at(value: Any, now: datetime | None) -> datetime | None:
+    """``end_at`` (RS-9c): an RFC 3339 instant with an offset, not before ``now`` (when
+    given: a new or changed end)."""
+    if value is None:
+        return None
+    try:
+        end_at = parse_rfc3339(value) if isinstance(value, str) else require_aware(value)
+    except (TypeError, ValueError, AttributeError, OverflowError):
+        raise InvalidRequest(
+            "end_at must be an RFC 3339 timestamp with an offset, e.g. 2027-01-01T00:00:00Z",
+            errors=[
+                {"loc": ["body", "end_at"], "msg": "timestamp with offset", "type": "datetime"}
+            ],
+        ) from None
+    if now is not None and end_at < now:
+        raise InvalidRequest(
+            f"end_at {to_rfc3339(end_at)} is in the past; a schedule ends in the future",
+            code="end_at_in_past",
+            end_at=to_rfc3339(end_at),
+        )
+    return end_at
+
+
+def parse_max_occurrences(value: Any) -> int | None:
+    if value is None:
+        return None
+    if isinstance(value, bool) or not isinstance(value, int) or value < 1:
+        raise InvalidRequest(
+            "max_occurrences must be a whole number of at least 1 (or null for no limit)",
+            errors=[{"loc": ["body", "max_occurrences"], "msg": ">= 1", "type": "value_error"}],
+        )
+    return value
+
+
+def parse_jitter(value: Any, spec: RecurrenceSpec, now: datetime) -> timedelta:
+    """``jitter_ms`` (RS-9d): shorter than the smallest gap between the spec's fires."""
+    if isinstance(value, bool) or not isinstance(value, int) or value < 0:
+        raise InvalidRequest(
+            "jitter_ms must be a whole number of milliseconds >= 0",
+            errors=[{"loc": ["body", "jitter_ms"], "msg": ">= 0", "type": "value_error"}],
+        )
+    if value == 0:
+        return timedelta(0)
+    largest = max_jitter_ms(spec, now)
+    if value > largest:
+        raise InvalidRequest(
+            f"jitter_ms {value} is not shorter than the smallest gap between this spec's "
+            f"fires over the next 366 days; at most {largest}",
+            code="jitter_too_large",
+            max_jitter_ms=largest,
+            jitter_ms=value,
+        )
+    return timedelta(milliseconds=value)
+
+
+def parse_source(value: Any) -> str | None:
+    if value is None:
+        return None
+    if not isinstance(value, str) or not 1 <= len(value) <= 200:
+        raise InvalidRequest(
+            "source must be 1 to 200 characters (the name of a file of schedules)",
+            errors=[{"loc": ["body", "source"], "msg": "1..200 characters", "type": "value"}],
+        )
+    return value
+
+
+def whole_second(now: datetime) -> datetime:
+    """What a spec's defaults count from (an interval's first fire is this plus the
+    interval): whole seconds, as Temporal Schedules place interval fires, so a schedule
+    fires at the same instants whichever driver fires it."""
+    return now.replace(microsecond=0)
+
+
+def _check_name(name: Any) -> str:
+    if not isinstance(name, str) or not 1 <= len(name) <= 200:
+        raise InvalidRequest("name must be 1 to 200 characters")
+    return name
+
+
+def check_create_request(cmd: CreateSchedule, now: datetime) -> None:
+    """The checks of a create that read only the request (an ``end_at`` in the past
+    aside: an upsert that leaves an elapsed ``end_at`` as it is stays valid)."""
+    _check_name(cmd.name)
+    spec = parse_spec(cmd.spec, now)
+    parse_policy(
+        {
+            "overlap": cmd.overlap,
+            "missed": cmd.missed,
+            "max_catch_up": cmd.max_catch_up,
+            "catch_up_window": cmd.catch_up_window,
+            "misfire_grace_ms": cmd.misfire_grace_ms,
+        }
+    )
+    parse_end_at(cmd.end_at, None)
+    parse_max_occurrences(cmd.max_occurrences)
+    parse_jitter(cmd.jitter_ms, spec, now)
+    parse_source(cmd.source)
+    _version_policy(cmd.version_policy)
+    parse_regression(cmd.regression)
+
+
+def decide_create(
+    services: Services, principal: Principal, cmd: CreateSchedule, tx: Tx, now: datetime
+) -> NewSchedule:
+    """Every check of a create, in the contract's order, and the row it would insert;
+    nothing is written (the dry run of ``PUT …/by-name`` stops here)."""
+    _check_name(cmd.name)
+    spec = parse_spec(cmd.spec, whole_second(now))
+    policy = parse_policy(
+        {
+            "overlap": cmd.overlap,
+            "missed": cmd.missed,
+            "max_catch_up": cmd.max_catch_up,
+            "catch_up_window": cmd.catch_up_window,
+            "misfire_grace_ms": cmd.misfire_grace_ms,
+        }
+    )
+    end_at = parse_end_at(cmd.end_at, now)
+    max_occurrences = parse_max_occurrences(cmd.max_occurrences)
+    policy = replace(policy, jitter=parse_jitter(cmd.jitter_ms, spec, now))
+    schedule_driver.check_supported(services, spec, policy.jitter)
+    source = parse_source(cmd.source)
+    version_policy = _version_policy(cmd.version_policy)
+    regression = parse_regression(cmd.regression)
+    active_version = _check_input(tx, cmd.workflow, cmd.input)
+    require(principal, Action.CREATE)
+    admit_input_and_class(services, principal.tenant, cmd.workload_class, cmd.input)
+    limit = services.policy.tenant_policy(principal.tenant).max_schedules
+    tx.schedules.lock_for_create(principal.tenant)  # exact count and name check
+    count = tx.schedules.count_live(principal.tenant)
+    if count >= limit:
+        raise QuotaExceeded(
+            f"tenant {principal.tenant} has {count} schedules, its limit is {limit}",
+            limit=limit,
+            count=count,
+            scope="schedules",
+        )
+    if tx.schedules.name_taken(principal.tenant, cmd.name):
+        raise Conflict(
+            f"a schedule named {cmd.name!r} already exists in this tenant",
+            code="name_taken",
+        )
+    return NewSchedule(
+        id=new_id("sch"),
+        tenant=principal.tenant,
+        name=cmd.name,
+        workflow=cmd.workflow,
+        input=services.codec.encrypt(cmd.input, principal.tenant),
+        spec=spec,
+        policy=policy,
+        enabled=cmd.enabled,
+        version_policy=version_policy,
+        pinned_version=active_version if version_policy is VersionPolicy.PINNED else None,
+        workload_class=cmd.workload_class,
+        regression=regression,
+        created_by=principal.subject,
+        cursor=now,
+        next_fire_at=next_bounded_fire(spec, now, end_at, max_occurrences),
+        end_at=end_at,
+        max_occurrences=max_occurrences,
+        source=source,
+    )
+
+
+def create(services: Services, principal: Principal, cmd: CreateSchedule) -> Mutation:
+    def mutation(tx: Tx, now: datetime) -> Outcome:
+        resumed = schedule_driver.resumable(services, tx, principal.tenant, cmd.name)
+        if resumed is not None:
+            return schedule_driver.created(services, tx, resumed, now)
+        new = decide_create(services, principal, cmd, tx, now)
+        return schedule_driver.created(services, tx, tx.schedules.insert(new, now), now)
+
+    return mutation
+
+
+def _load(tx: Tx, principal: Principal, schedule_id: str, *, lock: bool = True) -> Schedule:
+    schedule = tx.schedules.get(principal.tenant, schedule_id, lock=lock)
+    if schedule is None:
+        raise not_found("schedule", schedule_id)
+    return schedule
+
+
+def _changed(tx: Tx, schedule: Schedule, now: datetime, **changes: Any) -> Schedule:
+    if not tx.schedules.compare_and_set(schedule.id, schedule.version, now, **changes):
+        latest = tx.schedules.get(schedule.tenant, schedule.id)
+        raise version_conflict("schedule", schedule.id, latest.version if latest else 0)
+    updated = tx.schedules.get(schedule.tenant, schedule.id, deleted=True)
+    assert updated is not None
+    return updated
+
+
+def _dropped_by_edit(schedule: Schedule, now: datetime) -> SkippedRange | None:
+    """Fires of the old spec that the runner had not reached when the spec changed (as
+    far as the schedule's end allows): recorded as one skipped range, so an edit never
+    drops an occurrence silently, and counted like a missed range (RS-9c)."""
+    if schedule.cursor >= now:
+        return None
+    until = now if schedule.end_at is None else min(now, schedule.end_at)
+    return skipped_range(
+        schedule.spec,
+        schedule.cursor,
+        until,
+        "schedule_edited",
+        limit=schedule.remaining_occurrences,
+    )
+
+
+def _record_dropped(tx: Tx, schedule: Schedule, dropped: SkippedRange, now: datetime) -> None:
+    row = new_occurrence(
+        schedule,
+        tx.schedules.input_of(schedule.id),
+        dropped.first,
+        dropped.first,
+        state=StartState.SKIPPED,
+        reason=dropped.reason,
+        range_last=dropped.last,
+        range_count=dropped.count,
+    )
+    tx.starts.insert_occurrences([row], now)
+
+
+@dataclass(frozen=True)
+class UpdatePlan:
+    """What an edit changes, decided with every check passed; ``apply_update`` writes it."""
+
+    schedule: Schedule
+    changes: dict[str, Any]
+    dropped: SkippedRange | None
+
+
+def decide_update(
+    services: Services,
+    principal: Principal,
+    cmd: UpdateSchedule,
+    tx: Tx,
+    now: datetime,
+    *,
+    schedule: Schedule | None = None,
+    revise_on_content: bool = False,
+) -> UpdatePlan:
+    """Every check of an edit, in the contract's order, and the changes it makes; nothing
+    is written. ``revise_on_content`` starts a new revision for any content edit (an
+    upsert by name), not only for spec, workflow or input (PATCH, RS-5b)."""
+    if schedule is None:
+        schedule = _load(tx, principal, cmd.schedule_id)
+    unknown = sorted(set(cmd.changes) - EDITABLE_FIELDS)
+    if unknown:
+        raise InvalidRequest(
+            f"these fields cannot be changed: {', '.join(unknown)}",
+            errors=[{"loc": ["body", k], "msg": "not editable", "type": "extra"} for k in unknown],
+        )
+    values = _current_values(schedule) | cmd.changes
+    changes: dict[str, Any] = {}
+    spec = schedule.spec
+    if "spec" in cmd.changes:
+        spec = parse_spec(cmd.changes["spec"], whole_second(now))
+        changes["spec"] = spec
+    policy = parse_policy(values)
+    jitter = schedule.policy.jitter
+    if "jitter_ms" in cmd.changes or ("spec" in cmd.changes and jitter):
+        jitter = parse_jitter(values["jitter_ms"], spec, now)
+    policy = replace(policy, jitter=jitter)
+    stored = "spec" not in cmd.changes  # kept as it is: as the driver honours records
+    schedule_driver.check_supported(services, spec, policy.jitter, stored=stored)
+    if policy != schedule.policy:
+        changes["policy"] = policy
+    end_at = schedule.end_at
+    if "end_at" in cmd.changes:
+        end_at = changes["end_at"] = parse_end_at(cmd.changes["end_at"], now)
+    max_occurrences = schedule.max_occurrences
+    if "max_occurrences" in cmd.changes:
+        max_occurrences = parse_max_occurrences(cmd.changes["max_occurrences"])
+        changes["max_occurrences"] = max_occurrences
+    if "source" in cmd.changes:
+        changes["source"] = parse_source(cmd.changes["source"])
+    if "name" in cmd.changes:
+        changes["name"] = _check_name(cmd.changes["name"])
+    workflow = values["workflow"]
+    if "input" in cmd.changes:
+        # The request's own input: validation that reads only the request (422).
+        _check_input(tx, workflow, cmd.changes["input"])
+    elif "workflow" in cmd.changes:
+        require_active(tx, workflow)
+    if "version_policy" in cmd.changes:
+        changes["version_policy"] = _version_policy(cmd.changes["version_policy"]).value
+    if "regression" in cmd.changes:
+        changes["regression"] = parse_regression(cmd.changes["regression"])
+    if "enabled" in cmd.changes:
+        if not isinstance(cmd.changes["enabled"], bool):
+            raise InvalidRequest("enabled must be true or false")
+        changes["enabled"] = cmd.changes["enabled"]
+    content_edit = set(cmd.changes) - {"enabled"}
+    if content_edit:
+        require(principal, Action.EDIT_SCHEDULE, owner=schedule.created_by)
+    else:
+        require(principal, Action.OPERATE)
+    if "workload_class" in cmd.changes:
+        admit_input_and_class(services, schedule.tenant, cmd.changes["workload_class"], None)
+        changes["workload_class"] = cmd.changes["workload_class"]
+    if "input" in cmd.changes:
+        admit_input_size(services, schedule.tenant, cmd.changes["input"])
+        changes["workflow"] = workflow
+        changes["input"] = services.codec.encrypt(cmd.changes["input"], schedule.tenant)
+    elif "workflow" in cmd.changes:
+        # Needs the stored input, so only after the role and ownership checks: a caller
+        # who may not edit learns nothing about it (FT-4).
+        stored = services.codec.decrypt(tx.schedules.input_of(schedule.id), schedule.tenant)
+        _check_input(tx, workflow, stored)
+        changes["workflow"] = workflow
+    dropped = _dropped_by_edit(schedule, now) if "spec" in changes else None
+    fires_counted = schedule.fires_counted + (dropped.count if dropped else 0)
+    remaining = remaining_occurrences(max_occurrences, fires_counted)
+    cursor = max(schedule.cursor, now) if "spec" in changes else schedule.cursor
+    enabling = changes.get("enabled") is True
+    if enabling and has_ended(spec, cursor, end_at, remaining):
+        raise Conflict(
+            f"schedule {schedule.id} has ended (its end_at or max_occurrences is reached); "
+            "extend it with a PATCH of end_at or max_occurrences",
+            code="invalid_state",
+            state="ended",
+        )
+    if schedule.version != cmd.version:
+        raise version_conflict("schedule", schedule.id, schedule.version)
+    if changes.get("name") and tx.schedules.name_taken(
+        schedule.tenant, changes["name"], other_than=schedule.id
+    ):
+        raise Conflict(f"a schedule named {changes['name']!r} already exists", code="name_taken")
+    revised = set(cmd.changes) & _REVISION_FIELDS
+    if revise_on_content:
+        revised = content_edit - {"source"}
+    if revised:
+        changes["revision"] = schedule.revision + 1
+    if "spec" in changes:
+        # RS-5b: continue from max(last occurrence, edit time); nothing re-runs.
+        changes["cursor"] = cursor
+        if dropped is not None:
+            changes["fires_counted"] = fires_counted
+    bounds_moved = bool({"spec", "end_at", "max_occurrences"} & set(changes))
+    if bounds_moved or (enabling and not schedule.enabled):
+        changes["next_fire_at"] = next_bounded_fire(spec, cursor, end_at, remaining)
+    if "version_policy" in changes or "workflow" in changes:
+        pinned = changes.get("version_policy", schedule.version_policy.value) == "pinned"
+        active = require_active(tx, workflow).version if pinned else None
+        changes["pinned_version"] = active
+    return UpdatePlan(schedule, changes, dropped)
+
+
+def apply_update(tx: Tx, plan: UpdatePlan, now: datetime) -> Schedule:
+    if plan.dropped is not None:
+        _record_dropped(tx, plan.schedule, plan.dropped, now)
+    return _changed(tx, plan.schedule, now, **plan.changes)
+
+
+def update(services: Services, principal: Principal, cmd: UpdateSchedule) -> Mutation:
+    def mutation(tx: Tx, now: datetime) -> Outcome:
+        updated = apply_update(tx, decide_update(services, principal, cmd, tx, now), now)
+        schedule_driver.ensure_on_change(services, tx, updated, now)
+        body = schedule_driver.view(services, tx, updated, now)
+        return Outcome(200, body, resource_id=updated.id)
+
+    return mutation
+
+
+def _current_values(schedule: Schedule) -> dict[str, Any]:
+    window = schedule.policy.catch_up_window
+    return {
+        "workflow": schedule.workflow,
+        "overlap": schedule.policy.overlap.value,
+        "missed": schedule.policy.missed.value,
+        "max_catch_up": schedule.policy.max_catch_up,
+        "catch_up_window": window.total_seconds() if window is not None else None,
+        "misfire_grace_ms": int(schedule.policy.misfire_grace.total_seconds() * 1000),
+        "jitter_ms": int(schedule.policy.jitter / timedelta(milliseconds=1)),
+    }
+
+
+def set_enabled(
+    services: Services, principal: Principal, schedule_id: str, version: int, enabled: bool
+) -> Mutation:
+    """Pause keeps the cursor; resume applies the missed policy from it (RS-6)."""
+    return update(services, principal, UpdateSchedule(schedule_id, version, {"enabled": enabled}))
+
+
+def delete(services: Services, principal: Principal, schedule_id: str, version: int) -> Mutation:
+    """Cancels unstarted occurrences (``schedule_deleted``), leaves runs, keeps history,
+    clears its ``schedule_failing`` finding. Under a firing driver its copy there goes
+    first (CR-6: never a firing ghost)."""
+
+    def mutation(tx: Tx, now: datetime) -> Outcome:
+        schedule = _load(tx, principal, schedule_id)
+        require(principal, Action.EDIT_SCHEDULE, owner=schedule.created_by)
+        if schedule.version != version:
+            raise version_conflict("schedule", schedule.id, schedule.version)
+        schedule_driver.remove_before_delete(services, tx, schedule.id)
+        _changed(tx, schedule, now, enabled=False, deleted_at=now, next_fire_at=None)
+        tx.starts.cancel_unstarted(schedule.id, "schedule_deleted", now)
+        # A deleted schedule fails no more: nothing is left for an operator to act on.
+        tx.findings.clear(schedule.tenant, SCHEDULE_FAILING, schedule.id)
+        return Outcome(204, None, resource_id=schedule.id)
+
+    return mutation
+
+
+def get(services: Services, principal: Principal, schedule_id: str) -> dict[str, Any]:
+    now = services.clock.now()
+    with services.store.transaction(readonly=True) as tx:
+        schedule = _load(tx, principal, schedule_id, lock=False)
+        return schedule_driver.view(services, tx, schedule, now)
+
+
+def list_schedules(
+    services: Services,
+    principal: Principal,
+    limit: int,
+    cursor: str | None,
+    source: str | None = None,
+) -> dict[str, Any]:
+    """A page of live schedules; ``source`` keeps those last applied from that file (what
+    ``punctual schedules apply --prune`` considers, RS-9e)."""
+    limit = check_limit(limit)
+    now = services.clock.now()
+    with services.store.transaction(readonly=True) as tx:
+        rows = tx.schedules.find(principal.tenant, decode_cursor(cursor), limit + 1, source)
+        shown = schedule_driver.views(services, tx, [s for _, s in rows[:limit]], now)
+    by_id = {view["id"]: view for view in shown}
+    return page(rows, limit, lambda schedule: by_id[schedule.id])
+
+
+def list_occurrences(
+    services: Services, principal: Principal, query: ListOccurrences
+) -> dict[str, Any]:
+    limit = check_limit(query.limit)
+    check_choice("state", query.state, [s.value for s in StartState])
+    with services.store.transaction(readonly=True) as tx:
+        if tx.schedules.get(principal.tenant, query.schedule_id, deleted=True) is None:
+            raise not_found("schedule", query.schedule_id)
+        rows = tx.starts.find_occurrences(
+            query.schedule_id, query.state, decode_cursor(query.cursor), limit + 1
+        )
+        follows = tx.follow_through.get_many([o.id for _, o in rows[:limit]])
+    return page(rows, limit, lambda o: occurrence_view(o, follows.get(o.id)))
+
+
+def cancel_occurrence(
+    services: Services, principal: Principal, schedule_id: str, occurrence_id: str, version: int
+) -> Mutation:
+    del services
+
+    def mutation(tx: Tx, now: datetime) -> Outcome:
+        occurrence = tx.starts.get_occurrence(
+            principal.tenant, schedule_id, occurrence_id, lock=True
+        )
+        if occurrence is None:
+            raise not_found("occurrence", occurrence_id)
+        require(principal, Action.OPERATE)
+        check_mutable(occurrence, version)
+        changes = {
+            "state": StartState.CANCELED.value,
+            "reason": "canceled",
+            "claimed_by": None,
+            "lease_until": None,
+        }
+        if not tx.starts.compare_and_set(occurrence.id, occurrence.version, now, **changes):
+            latest = tx.starts.get_occurrence(principal.tenant, schedule_id, occurrence_id)
+            assert latest is not None
+            check_mutable(latest, version)
+        updated = tx.starts.get_occurrence(principal.tenant, schedule_id, occurrence_id)
+        assert updated is not None
+        return Outcome(200, occurrence_view(updated), resource_id=occurrence_id)
+
+    return mutation
+
+
+def preview(
+    spec_data: dict[str, Any], after: datetime, count: int = PREVIEW_DEFAULT_COUNT
+) -> dict[str, Any]:
+    """Fire times strictly after ``after`` for any spec, DST decisions included (RS-8)."""
+    if not 1 <= count <= 100:
+        raise InvalidRequest(
+            "count must be between 1 and 100",
+            errors=[{"loc": ["query", "count"], "msg": "1..100", "type": "range"}],
+        )
+    spec = parse_spec(spec_data, after)
+    return {"items": [fire_view(fire) for fire in next_fires(spec, after, count)]}

@@ -1,0 +1,125 @@
+"""Runs as users see them: read, list, cancel (cooperative), terminate (immediate).
+
+Cancel and terminate change the store first (FT-6): the change commits with the answer,
+and only then is the engine told, outside the transaction and without holding up the
+answer (``Outcome.after_commit``). An engine that is down changes nothing recorded: the
+runner sends the cancel or terminate again until the engine has it (for Temporal, the
+sync pass; the local engine's workers read the store itself).
+
+A run id that a start or occurrence allocated but whose run is not recorded yet (the
+start is still being dispatched) answers ``202 in_progress``, never recorded under the
+idempotency key, so a retry of the same request acts on the run once it exists (FT-5).
+"""
+
+from __future__ import annotations
+
+import logging
+from collections.abc import Callable
+from dataclasses import dataclass
+from datetime import datetime
+from functools import partial
+from typing import Any
+
+from punctual.domain.permissions import Action, Principal, require
+from punctual.domain.runs import Run, RunState
+from punctual.domain.starts import TERMINAL_STATES
+from punctual.errors import not_found
+from punctual.ports.records import RunFilter
+from punctual.ports.store import Tx
+from punctual.usecases.kernel.context import Services
+from punctual.usecases.kernel.idempotency import IN_PROGRESS_BODY, Mutation, Outcome
+from punctual.usecases.kernel.paging import check_choice, check_limit, decode_cursor, page
+from punctual.usecases.kernel.projections import run_view
+
+log = logging.getLogger("punctual.runs")
+
+
+@dataclass(frozen=True)
+class ListRuns:
+    workflow: str | None = None
+    state: str | None = None
+    origin_id: str | None = None
+    limit: int = 50
+    cursor: str | None = None
+
+
+def _load(tx: Tx, principal: Principal, run_id: str) -> Run:
+    run = tx.runs.get(principal.tenant, run_id)
+    if run is None:
+        raise not_found("run", run_id)
+    return run
+
+
+def get(services: Services, principal: Principal, run_id: str) -> dict[str, Any]:
+    with services.store.transaction(readonly=True) as tx:
+        return run_view(_load(tx, principal, run_id))
+
+
+def list_runs(services: Services, principal: Principal, query: ListRuns) -> dict[str, Any]:
+    limit = check_limit(query.limit)
+    check_choice("state", query.state, [s.value for s in RunState])
+    where = RunFilter(query.workflow, query.state, query.origin_id)
+    with services.store.transaction(readonly=True) as tx:
+        rows = tx.runs.find(principal.tenant, where, decode_cursor(query.cursor), limit + 1)
+    return page(rows, limit, run_view)
+
+
+def _load_to_mutate(tx: Tx, principal: Principal, run_id: str) -> Run | Outcome:
+    """The run, once the principal may change it; ``202 in_progress`` when its run id was
+    allocated by a start still being dispatched (FT-5), so nothing decided is recorded."""
+    run = tx.runs.get(principal.tenant, run_id)
+    if run is not None:
+        require(principal, Action.MUTATE_START, owner=run.started_by)
+        return run
+    allocation = tx.starts.allocation_of_run(principal.tenant, run_id)
+    if allocation is not None:
+        state, created_by = allocation
+        require(principal, Action.MUTATE_START, owner=created_by)
+        if state not in TERMINAL_STATES:
+            return Outcome(202, IN_PROGRESS_BODY)
+    # No start allocated it, or its start ended without a run (canceled, failed, skipped).
+    raise not_found("run", run_id)
+
+
+def _tell_engine(call: Callable[[str, str], None], what: str, tenant: str, run_id: str) -> None:
+    """The engine call that follows a committed store change; never raises (FT-6)."""
+    try:
+        call(tenant, run_id)
+    except Exception as exc:
+        log.warning("event=run_%s_deferred run=%s error=%s", what, run_id, exc)
+
+
+def cancel(services: Services, principal: Principal, run_id: str) -> Mutation:
+    """Cooperative: the workflow sees ``cancel_requested``; idempotent, also once finished."""
+
+    def mutation(tx: Tx, now: datetime) -> Outcome:
+        run = _load_to_mutate(tx, principal, run_id)
+        if isinstance(run, Outcome):
+            return run
+        follow = None
+        if not run.finished:
+            tx.runs.request_cancel(principal.tenant, run_id, now)
+            tell = services.engine.cancel
+            follow = partial(_tell_engine, tell, "cancel", principal.tenant, run_id)
+        view = run_view(_load(tx, principal, run_id))
+        return Outcome(200, view, resource_id=run_id, after_commit=follow)
+
+    return mutation
+
+
+def terminate(services: Services, principal: Principal, run_id: str) -> Mutation:
+    """Immediate: recorded ``terminated`` now, the body is stopped, later results ignored."""
+
+    def mutation(tx: Tx, now: datetime) -> Outcome:
+        run = _load_to_mutate(tx, principal, run_id)
+        if isinstance(run, Outcome):
+            return run
+        follow = None
+        if not run.finished:
+            tx.runs.terminate(principal.tenant, run_id, now, f"terminated by {principal.subject}")
+            tell = services.engine.terminate
+            follow = partial(_tell_engine, tell, "terminate", principal.tenant, run_id)
+        view = run_view(_load(tx, principal, run_id))
+        return Outcome(200, view, resource_id=run_id, after_commit=follow)
+
+    return mutation

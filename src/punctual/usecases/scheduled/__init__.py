@@ -1,0 +1,1 @@
+"""One-off scheduled starts and their dispatch into runs (OS-*, DP-*)."""

@@ -1,0 +1,292 @@
+"""One-off scheduled starts: create, read, reschedule, cancel (OS-1..OS-10).
+
+Each mutation is a function ``(tx, now) -> Outcome`` built from a frozen command, so
+HTTP, the CLI and the Python API run the same code under the same idempotency
+mechanism. Checks run in the contract's order: existence, validation, role, state,
+version.
+
+A start that a runner has only claimed (``dispatching``) is still reschedulable and
+cancelable: claims do not change ``version`` (FT-5), the mutation wins the compare-and-set,
+and the dispatch, which records under the claim's token, loses and withdraws the engine
+execution it may have started.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from dataclasses import dataclass, field
+from datetime import datetime
+from typing import Any
+
+from punctual.domain.ids import new_id
+from punctual.domain.permissions import Action, Principal, require
+from punctual.domain.runs import Definition
+from punctual.domain.starts import (
+    ScheduledStart,
+    StartState,
+    check_mutable,
+    validate_new_start_at,
+)
+from punctual.errors import InvalidRequest, PunctualError, not_found
+from punctual.ports.records import NewStart, StartFilter
+from punctual.ports.store import Tx
+from punctual.usecases.kernel.admission import admit_input_and_class
+from punctual.usecases.kernel.context import Services
+from punctual.usecases.kernel.idempotency import BatchMutation, Mutation, Outcome
+from punctual.usecases.kernel.mutations import check_tenant
+from punctual.usecases.kernel.paging import check_choice, check_limit, decode_cursor, page
+from punctual.usecases.kernel.projections import start_view
+from punctual.usecases.running.definitions import input_problems, require_active
+
+
+@dataclass(frozen=True)
+class CreateStart:
+    workflow: str
+    input: Any
+    business_request_id: str
+    start_at: datetime
+    workload_class: str
+    time_zone: str | None = None
+    attributes: dict[str, str] = field(default_factory=dict)
+    traceparent: str | None = None
+
+
+@dataclass(frozen=True)
+class RescheduleStart:
+    start_id: str
+    version: int
+    start_at: datetime
+    time_zone: str | None = None
+
+
+@dataclass(frozen=True)
+class CancelStart:
+    start_id: str
+    version: int
+    reason: str | None = None
+
+
+@dataclass(frozen=True)
+class ListStarts:
+    state: str | None = None
+    workflow: str | None = None
+    business_request_id: str | None = None
+    limit: int = 50
+    cursor: str | None = None
+
+
+def create(services: Services, principal: Principal, cmd: CreateStart) -> Mutation:
+    """One create as a ``Mutation`` (the Python API, the CLI): decided by ``create_many``,
+    so a single create and a batch item cannot drift apart."""
+    decide = create_many(services, principal, [cmd])
+
+    def mutation(tx: Tx, now: datetime) -> Outcome:
+        answer = decide(tx, now, [0])[0]
+        if isinstance(answer, PunctualError):
+            raise answer
+        return answer
+
+    return mutation
+
+
+def create_many(
+    services: Services,
+    principal: Principal,
+    commands: Sequence[CreateStart | PunctualError],
+    *,
+    tenant: str | None = None,
+) -> BatchMutation:
+    """Creates decided together in one transaction (a batch create, OS-11, and the single
+    create route): each item exactly as ``create`` decides it, in the contract's order, with
+    one quota decision for all that admits them in order up to the limit, and one INSERT.
+
+    An item is a command, or the error its request body already failed with (raised at the
+    validation step, after replay and the tenant check). ``tenant`` is the tenant the
+    request addressed, checked per item as the single create checks it.
+    """
+
+    def mutation(
+        tx: Tx, now: datetime, indexes: Sequence[int]
+    ) -> dict[int, Outcome | PunctualError]:
+        decided: dict[int, Outcome | PunctualError] = {}
+        definitions: dict[str, Definition] = {}
+        valid: list[int] = []
+        for index in indexes:
+            cmd = commands[index]
+            try:
+                if tenant is not None:
+                    check_tenant(principal, tenant)
+                if isinstance(cmd, PunctualError):
+                    raise cmd
+                _validate(services, tx, principal, cmd, now, definitions)
+            except PunctualError as refusal:
+                decided[index] = refusal
+                continue
+            valid.append(index)
+        if not valid:
+            return decided
+        admitted = _admit(services, tx, principal, [commands[i] for i in valid])
+        new: list[tuple[int, NewStart]] = []
+        for index, quota_refusal in zip(valid, admitted, strict=True):
+            if quota_refusal is not None:
+                decided[index] = quota_refusal
+                continue
+            cmd = commands[index]
+            assert isinstance(cmd, CreateStart)
+            try:
+                new.append((index, _new_start(services, principal, cmd)))
+            except PunctualError as failure:  # the codec could not encrypt (503)
+                decided[index] = failure
+        inserted = tx.starts.insert_many([n for _, n in new], now)
+        for (index, _), start in zip(new, inserted, strict=True):
+            decided[index] = Outcome(201, start_view(start), resource_id=start.id)
+        if new:
+            _wake_if_due_soon(services, tx, min(n.start_at for _, n in new), now)
+        return decided
+
+    return mutation
+
+
+def _validate(
+    services: Services,
+    tx: Tx,
+    principal: Principal,
+    cmd: CreateStart,
+    now: datetime,
+    definitions: dict[str, Definition],
+) -> None:
+    """Validation, role and host limits of a new start, in the contract's order."""
+    validate_new_start_at(cmd.start_at, cmd.time_zone, now)
+    definition = definitions.get(cmd.workflow)
+    if definition is None:
+        definition = definitions[cmd.workflow] = require_active(tx, cmd.workflow)
+    problems = input_problems(definition, cmd.input)
+    if problems:
+        raise InvalidRequest(
+            f"input does not validate against {cmd.workflow} version "
+            f"{definition.version}: {'; '.join(problems)}",
+            code="input_invalid",
+            errors=problems,
+        )
+    require(principal, Action.CREATE)
+    admit_input_and_class(services, principal.tenant, cmd.workload_class, cmd.input)
+
+
+def _admit(
+    services: Services, tx: Tx, principal: Principal, cmds: Sequence[CreateStart | PunctualError]
+) -> list[PunctualError | None]:
+    limits = services.policy.tenant_policy(principal.tenant)
+    return services.quota.admit_starts(
+        tx,
+        principal.tenant,
+        [c.workload_class for c in cmds if isinstance(c, CreateStart)],
+        limits.max_pending_starts,
+        limits.max_pending_by_class,
+    )
+
+
+def _new_start(services: Services, principal: Principal, cmd: CreateStart) -> NewStart:
+    return NewStart(
+        id=new_id("st"),
+        tenant=principal.tenant,
+        workflow=cmd.workflow,
+        business_request_id=cmd.business_request_id,
+        start_at=cmd.start_at,
+        time_zone=cmd.time_zone,
+        workload_class=cmd.workload_class,
+        attributes=dict(cmd.attributes),
+        traceparent=cmd.traceparent,
+        input=services.codec.encrypt(cmd.input, principal.tenant),
+        created_by=principal.subject,
+        run_id=new_id("run"),
+    )
+
+
+def _wake_if_due_soon(services: Services, tx: Tx, due_at: datetime, now: datetime) -> None:
+    """Runners look again within the horizon anyway; only sooner work needs a wake-up."""
+    if (due_at - now).total_seconds() < services.policy.wake_horizon_seconds:
+        tx.starts.notify_due()
+
+
+def _load(tx: Tx, principal: Principal, start_id: str) -> ScheduledStart:
+    start = tx.starts.get(principal.tenant, start_id, lock=True)
+    if start is None:
+        raise not_found("start", start_id)
+    return start
+
+
+def _changed(tx: Tx, start: ScheduledStart, now: datetime, **changes: Any) -> ScheduledStart:
+    if not tx.starts.compare_and_set(start.id, start.version, now, **changes):
+        # Lost the race to a claim or another mutation: report what won.
+        latest = tx.starts.get(start.tenant, start.id)
+        assert latest is not None
+        check_mutable(latest, start.version)
+    updated = tx.starts.get(start.tenant, start.id)
+    assert updated is not None
+    return updated
+
+
+def reschedule(services: Services, principal: Principal, cmd: RescheduleStart) -> Mutation:
+    def mutation(tx: Tx, now: datetime) -> Outcome:
+        start = _load(tx, principal, cmd.start_id)
+        validate_new_start_at(cmd.start_at, cmd.time_zone, now)
+        require(principal, Action.MUTATE_START, owner=start.created_by)
+        check_mutable(start, cmd.version)
+        # A dispatching start goes back to scheduled: the reschedule wins over the claim,
+        # whose dispatch then cannot record (FT-5).
+        updated = _changed(
+            tx,
+            start,
+            now,
+            state=StartState.SCHEDULED.value,
+            start_at=cmd.start_at,
+            time_zone=cmd.time_zone,
+            due_at=cmd.start_at,
+            next_attempt_at=None,
+            claimed_by=None,
+            lease_until=None,
+        )
+        _wake_if_due_soon(services, tx, cmd.start_at, now)
+        return Outcome(200, start_view(updated), resource_id=start.id)
+
+    return mutation
+
+
+def cancel(services: Services, principal: Principal, cmd: CancelStart) -> Mutation:
+    del services
+
+    def mutation(tx: Tx, now: datetime) -> Outcome:
+        start = _load(tx, principal, cmd.start_id)
+        if cmd.reason is not None and len(cmd.reason) > 300:
+            raise InvalidRequest("reason is limited to 300 characters")
+        require(principal, Action.MUTATE_START, owner=start.created_by)
+        check_mutable(start, cmd.version)
+        updated = _changed(
+            tx,
+            start,
+            now,
+            state=StartState.CANCELED.value,
+            reason=cmd.reason or "canceled",
+            claimed_by=None,
+            lease_until=None,
+        )
+        return Outcome(200, start_view(updated), resource_id=start.id)
+
+    return mutation
+
+
+def get(services: Services, principal: Principal, start_id: str) -> dict[str, Any]:
+    with services.store.transaction(readonly=True) as tx:
+        start = tx.starts.get(principal.tenant, start_id)
+    if start is None:
+        raise not_found("start", start_id)
+    return start_view(start)
+
+
+def list_starts(services: Services, principal: Principal, query: ListStarts) -> dict[str, Any]:
+    limit = check_limit(query.limit)
+    check_choice("state", query.state, [s.value for s in StartState])
+    where = StartFilter(query.state, query.workflow, query.business_request_id)
+    with services.store.transaction(readonly=True) as tx:
+        rows = tx.starts.find(principal.tenant, where, decode_cursor(query.cursor), limit + 1)
+    return page(rows, limit, start_view)
