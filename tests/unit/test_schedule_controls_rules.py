@@ -16,6 +16,7 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
+from punctual.domain.fire_gaps import smallest_gap
 from punctual.domain.recurrence import (
     CronSpec,
     DstOverlap,
@@ -23,7 +24,6 @@ from punctual.domain.recurrence import (
     RecurrenceSpec,
     fires_between,
     load_zone,
-    smallest_gap,
 )
 from punctual.domain.schedules import (
     BACKFILL_LIMIT,

@@ -67,8 +67,9 @@ __all__ = [
     "load_zone",
     "next_fires",
     "skipped_by_dst",
-    "smallest_gap",
     "tzdata_version",
+    "utc_instant",
+    "utc_offset",
 ]
 
 MIN_INTERVAL_MS = 1000
@@ -393,7 +394,7 @@ class IntervalSpec:
         if self.interval_ms < MIN_INTERVAL_MS:
             raise IntervalTooShort(self.interval_ms)
         if self.starts_at is not None:
-            object.__setattr__(self, "starts_at", _utc(self.starts_at, "starts_at"))
+            object.__setattr__(self, "starts_at", utc_instant(self.starts_at, "starts_at"))
 
 
 RecurrenceSpec = CronSpec | IntervalSpec
@@ -434,13 +435,13 @@ class DstSkip:
 # Arithmetic
 
 
-def _utc(value: datetime, name: str) -> datetime:
+def utc_instant(value: datetime, name: str) -> datetime:
     if value.tzinfo is None or value.utcoffset() is None:
         raise ValueError(f"{name} must be timezone-aware, got {value!r}")
     return value.astimezone(UTC)
 
 
-def _offset(value: datetime) -> timedelta:
+def utc_offset(value: datetime) -> timedelta:
     offset = value.utcoffset()
     assert offset is not None  # always set for a ZoneInfo-aware datetime
     return offset
@@ -458,7 +459,7 @@ def _gap_end(
     high = int((naive - old_offset - epoch).total_seconds())
     while high - low > 1:
         middle = (low + high) // 2
-        if _offset(datetime.fromtimestamp(middle, zone)) == old_offset:
+        if utc_offset(datetime.fromtimestamp(middle, zone)) == old_offset:
             low = middle
         else:
             high = middle
@@ -471,8 +472,8 @@ def _resolve(
     """The fires (and reported skips) for one matching local wall time."""
     first = naive.replace(tzinfo=zone)
     second = naive.replace(tzinfo=zone, fold=1)
-    first_offset = _offset(first)
-    second_offset = _offset(second)
+    first_offset = utc_offset(first)
+    second_offset = utc_offset(second)
     if first_offset == second_offset:  # the usual case: one instant
         return [Fire((naive - first_offset).replace(tzinfo=UTC), naive, first)]
     if first_offset > second_offset:  # repeated wall time; fold=0 is the earlier pass
@@ -510,7 +511,7 @@ def _cron_timeline(spec: CronSpec, after: datetime) -> Iterator[Fire | DstSkip]:
         if local_after.fold == 0:
             # Inside the first pass of a repeated hour, second-pass instants of *earlier*
             # wall times still lie ahead; start the wall-clock scan one overlap earlier.
-            overlap = _offset(local_after) - _offset(start.replace(tzinfo=zone, fold=1))
+            overlap = utc_offset(local_after) - utc_offset(start.replace(tzinfo=zone, fold=1))
             start -= max(overlap, timedelta(0))
         candidates = CronSim(compiled.expression, start - timedelta(seconds=1))
     except OverflowError:  # at the very end of the calendar
@@ -573,7 +574,7 @@ def iter_timeline(spec: RecurrenceSpec, after: datetime) -> Iterator[Fire | DstS
     stream. At one instant a skip comes before a fire. The stream only ends at the end of
     the calendar (or if cronsim finds no match for 50 years).
     """
-    start = _utc(after, "after")
+    start = utc_instant(after, "after")
     if isinstance(spec, IntervalSpec):
         return _interval_fires(spec, start)
     return _cron_timeline(spec, start)
@@ -599,7 +600,7 @@ def fires_between(
     limit: int | None = None,
 ) -> list[Fire]:
     """The fires in ``(start_exclusive, end_inclusive]``, at most ``limit`` of them."""
-    end = _utc(end_inclusive, "end_inclusive")
+    end = utc_instant(end_inclusive, "end_inclusive")
     fires: list[Fire] = []
     for fire in iter_fires(spec, start_exclusive):
         if fire.at > end or (limit is not None and len(fires) >= limit):
@@ -618,8 +619,8 @@ def count_fires_between(
     """How many fires lie in ``(start_exclusive, end_inclusive]``, counting stops at
     ``limit``. Intervals are counted arithmetically; cron specs are walked, so an
     unbounded count over a long outage costs time in proportion to the fires."""
-    start = _utc(start_exclusive, "start_exclusive")
-    end = _utc(end_inclusive, "end_inclusive")
+    start = utc_instant(start_exclusive, "start_exclusive")
+    end = utc_instant(end_inclusive, "end_inclusive")
     if isinstance(spec, IntervalSpec) and spec.starts_at is not None:
         total = 0
         if end >= spec.starts_at:
@@ -647,7 +648,7 @@ def skipped_by_dst(
     caller that only records policy decisions can filter on ``spec.fixed_time``. Empty
     for intervals. A gap-shifted fire is a fire, not a skip, and is not listed.
     """
-    end = _utc(end_inclusive, "end_inclusive")
+    end = utc_instant(end_inclusive, "end_inclusive")
     skips: list[DstSkip] = []
     for item in iter_timeline(spec, start_exclusive):
         if item.at > end:
@@ -655,80 +656,3 @@ def skipped_by_dst(
         if isinstance(item, DstSkip):
             skips.append(item)
     return skips
-
-
-_GAP_SCAN_FIRES = 2_000
-"""Fires read from the start of a gap search; beyond them only the weeks around DST
-transitions are read (a cron pattern repeats otherwise, see ``smallest_gap``)."""
-_CRON_RESOLUTION = timedelta(minutes=1)
-"""No two cron fires are closer: fires and tzdata transitions fall on whole minutes."""
-_OFFSET_SAMPLE = timedelta(hours=6)
-"""Offsets are sampled this often to find transitions; no zone changes twice in 6 h."""
-
-
-def _fires_until(spec: RecurrenceSpec, after: datetime, until: datetime, limit: int) -> list[Fire]:
-    fires: list[Fire] = []
-    for fire in iter_fires(spec, after):
-        if fire.at > until or len(fires) >= limit:
-            break
-        fires.append(fire)
-    return fires
-
-
-def _smallest_step(fires: list[Fire]) -> timedelta | None:
-    steps = [later.at - earlier.at for earlier, later in itertools.pairwise(fires)]
-    return min(steps) if steps else None
-
-
-def _transitions(zone: ZoneInfo, start: datetime, end: datetime) -> list[datetime]:
-    """Instants just after each UTC offset change in ``(start, end]`` (to the sampling)."""
-    found: list[datetime] = []
-    at, offset = start, _offset(start.astimezone(zone))
-    while at < end:
-        at = min(at + _OFFSET_SAMPLE, end)
-        current = _offset(at.astimezone(zone))
-        if current != offset:
-            found.append(at)
-            offset = current
-    return found
-
-
-def smallest_gap(spec: RecurrenceSpec, after: datetime, horizon: timedelta) -> timedelta | None:
-    """The shortest time between two consecutive fires in ``(after, after + horizon]``,
-    DST passes included; None when fewer than two fires lie there.
-
-    Reading every fire of a dense expression for a year is slow (``*/5`` fires 105,120
-    times), so the first ``_GAP_SCAN_FIRES`` fires are read, and beyond them only the
-    stretch around each DST transition. That is exact for cron: its wall times are the
-    product of its fields, so every matching day has the same times of day and the gaps
-    between fires on ordinary days repeat what the first fires already showed; only a
-    transition changes the instants (a gap-shifted fire, the two passes of a repeated
-    hour, a neighbour fire on the other side of an offset change).
-    """
-    start = _utc(after, "after")
-    end = start + horizon
-    if isinstance(spec, IntervalSpec):
-        fires = _fires_until(spec, start, end, 2)
-        return _smallest_step(fires)
-    fires = _fires_until(spec, start, end, _GAP_SCAN_FIRES)
-    smallest = _smallest_step(fires)
-    if len(fires) < _GAP_SCAN_FIRES or (smallest is not None and smallest <= _CRON_RESOLUTION):
-        return smallest
-    zone = load_zone(spec.time_zone)
-    for transition in _transitions(zone, fires[-1].at, end):
-        # From the last fire before the transition (looking back as far as it takes) to
-        # the second fire after it.
-        reach = timedelta(days=1)
-        while True:
-            window_start = max(transition - _OFFSET_SAMPLE - reach, start)
-            window = _fires_until(spec, window_start, end, _GAP_SCAN_FIRES)
-            before = [f for f in window if f.at <= transition - _OFFSET_SAMPLE]
-            if before or window_start == start:
-                break
-            reach *= 2
-        around = [f for f in window if f.at <= transition + timedelta(days=1)]
-        after_transition = [f for f in window if f.at > transition + timedelta(days=1)][:1]
-        step = _smallest_step(around + after_transition)
-        if step is not None and (smallest is None or step < smallest):
-            smallest = step
-    return smallest

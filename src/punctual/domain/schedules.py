@@ -18,6 +18,7 @@ from datetime import UTC, datetime, timedelta
 from enum import StrEnum
 from typing import Any
 
+from punctual.domain.fire_gaps import smallest_gap
 from punctual.domain.recurrence import (
     CronSpec,
     DstAdjustment,
@@ -31,7 +32,6 @@ from punctual.domain.recurrence import (
     iter_fires,
     iter_timeline,
     skipped_by_dst,
-    smallest_gap,
 )
 from punctual.domain.timeutil import to_rfc3339
 

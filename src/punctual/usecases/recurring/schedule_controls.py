@@ -53,6 +53,7 @@ from punctual.usecases.kernel.context import Services
 from punctual.usecases.kernel.idempotency import Mutation, Outcome
 from punctual.usecases.kernel.projections import occurrence_view, schedule_view
 from punctual.usecases.recurring.occurrence_rows import new_occurrence
+from punctual.usecases.recurring.schedule_fields import parse_regression, parse_spec
 from punctual.usecases.recurring.schedules import (
     CreateSchedule,
     UpdatePlan,
@@ -61,8 +62,6 @@ from punctual.usecases.recurring.schedules import (
     check_create_request,
     decide_create,
     decide_update,
-    parse_regression,
-    parse_spec,
 )
 
 _TAKEN_WINDOW = timedelta(seconds=1)

@@ -14,28 +14,18 @@ from typing import Any
 from punctual.domain.ids import new_id
 from punctual.domain.permissions import Action, Principal, require
 from punctual.domain.recurrence import (
-    IntervalSpec,
-    RecurrenceError,
-    RecurrenceSpec,
     next_fires,
 )
 from punctual.domain.schedules import (
-    MAX_CATCH_UP_LIMIT,
-    MissedPolicy,
-    OverlapPolicy,
     Schedule,
-    SchedulePolicy,
     SkippedRange,
     VersionPolicy,
     has_ended,
-    max_jitter_ms,
     next_bounded_fire,
     remaining_occurrences,
     skipped_range,
-    spec_from_json,
 )
 from punctual.domain.starts import StartState, check_mutable
-from punctual.domain.timeutil import parse_rfc3339, require_aware, to_rfc3339
 from punctual.errors import Conflict, InvalidRequest, QuotaExceeded, not_found, version_conflict
 from punctual.ports.records import NewSchedule
 from punctual.ports.store import Tx
@@ -46,6 +36,18 @@ from punctual.usecases.kernel.idempotency import Mutation, Outcome
 from punctual.usecases.kernel.paging import check_choice, check_limit, decode_cursor, page
 from punctual.usecases.kernel.projections import fire_view, occurrence_view
 from punctual.usecases.recurring.occurrence_rows import new_occurrence
+from punctual.usecases.recurring.schedule_fields import (
+    parse_end_at,
+    parse_jitter,
+    parse_max_occurrences,
+    parse_name,
+    parse_policy,
+    parse_regression,
+    parse_source,
+    parse_spec,
+    parse_version_policy,
+    whole_second,
+)
 from punctual.usecases.running.definitions import input_problems, require_active
 from punctual.usecases.running.followthrough import SCHEDULE_FAILING
 
@@ -111,111 +113,6 @@ class ListOccurrences:
     cursor: str | None = None
 
 
-def parse_spec(data: dict[str, Any], now: datetime) -> RecurrenceSpec:
-    """A spec from the API; an interval without ``starts_at`` starts one interval from now."""
-    if not isinstance(data, dict) or ("cron" in data) == ("interval_ms" in data):
-        raise InvalidRequest(
-            "spec must have either 'cron' (with an optional 'time_zone') or 'interval_ms'",
-            errors=[{"loc": ["body", "spec"], "msg": "cron or interval_ms", "type": "spec"}],
-        )
-    allowed = (
-        {"cron", "time_zone", "dst_gap", "dst_overlap"}
-        if "cron" in data
-        else {"interval_ms", "starts_at"}
-    )
-    unknown = sorted(set(data) - allowed)
-    if unknown:
-        raise InvalidRequest(
-            f"spec does not take {', '.join(unknown)}",
-            errors=[
-                {"loc": ["body", "spec", k], "msg": "unknown field", "type": "extra"}
-                for k in unknown
-            ],
-        )
-    try:
-        spec = spec_from_json(data)
-    except RecurrenceError as exc:
-        raise InvalidRequest(exc.message, code=exc.code, **exc.details) from exc
-    except (ValueError, TypeError) as exc:
-        raise InvalidRequest(
-            f"invalid spec: {exc}",
-            errors=[{"loc": ["body", "spec"], "msg": str(exc), "type": "value_error"}],
-        ) from exc
-    if isinstance(spec, IntervalSpec) and spec.starts_at is None:
-        spec = IntervalSpec(spec.interval_ms, now + timedelta(milliseconds=spec.interval_ms))
-    return spec
-
-
-def _choice(name: str, value: Any, enum: type[Any]) -> Any:
-    if value is None:
-        raise InvalidRequest(
-            f"{name} is required: choose what happens "
-            + ("when a run is still going" if name == "overlap" else "after downtime")
-            + f" ({', '.join(e.value for e in enum)})",
-            code="policy_required",
-            field=name,
-        )
-    try:
-        return enum(value)
-    except ValueError:
-        raise InvalidRequest(
-            f"{name} must be one of {', '.join(e.value for e in enum)}",
-            errors=[{"loc": ["body", name], "msg": "not an allowed value", "type": "enum"}],
-        ) from None
-
-
-def parse_policy(values: dict[str, Any]) -> SchedulePolicy:
-    overlap = _choice("overlap", values.get("overlap"), OverlapPolicy)
-    missed = _choice("missed", values.get("missed"), MissedPolicy)
-    max_catch_up = values.get("max_catch_up", 10)
-    window = values.get("catch_up_window")
-    grace = values.get("misfire_grace_ms", 60_000)
-    problems = []
-    if not isinstance(max_catch_up, int) or not 1 <= max_catch_up <= MAX_CATCH_UP_LIMIT:
-        problems.append(("max_catch_up", f"must be a whole number from 1 to {MAX_CATCH_UP_LIMIT}"))
-    if window is not None and (not isinstance(window, int | float) or window <= 0):
-        problems.append(("catch_up_window", "must be a positive number of seconds"))
-    if not isinstance(grace, int) or grace < 0:
-        problems.append(("misfire_grace_ms", "must be a whole number of milliseconds >= 0"))
-    if problems:
-        raise InvalidRequest(
-            "; ".join(f"{name} {msg}" for name, msg in problems),
-            errors=[{"loc": ["body", n], "msg": m, "type": "value_error"} for n, m in problems],
-        )
-    return SchedulePolicy(
-        overlap=overlap,
-        missed=missed,
-        max_catch_up=max_catch_up,
-        catch_up_window=timedelta(seconds=window) if window is not None else None,
-        misfire_grace=timedelta(milliseconds=grace),
-    )
-
-
-def parse_regression(value: Any) -> dict[str, Any] | None:
-    """``{"metrics": [{"path", "better": higher|lower, "tolerance" >= 0}]}`` or null."""
-    if value is None:
-        return None
-    try:
-        metrics = value["metrics"]
-        assert isinstance(metrics, list) and metrics
-        cleaned = []
-        for metric in metrics:
-            assert isinstance(metric["path"], str) and metric["path"]
-            assert metric["better"] in ("higher", "lower")
-            tolerance = float(metric.get("tolerance", 0.0))
-            assert tolerance >= 0
-            cleaned.append(
-                {"path": metric["path"], "better": metric["better"], "tolerance": tolerance}
-            )
-    except (AssertionError, KeyError, TypeError, ValueError):
-        raise InvalidRequest(
-            "regression must be {'metrics': [{'path': 'metrics.score', 'better': 'higher' or "
-            "'lower', 'tolerance': number >= 0}, ...]}",
-            errors=[{"loc": ["body", "regression"], "msg": "invalid policy", "type": "value"}],
-        ) from None
-    return {"metrics": cleaned}
-
-
 def _check_input(tx: Tx, workflow: str, payload: Any) -> str:
     definition = require_active(tx, workflow)
     problems = input_problems(definition, payload)
@@ -229,99 +126,10 @@ def _check_input(tx: Tx, workflow: str, payload: Any) -> str:
     return definition.version
 
 
-def _version_policy(value: Any) -> VersionPolicy:
-    try:
-        return VersionPolicy(value)
-    except ValueError:
-        raise InvalidRequest(
-            "version_policy must be active_at_fire or pinned",
-            errors=[{"loc": ["body", "version_policy"], "msg": "enum", "type": "enum"}],
-        ) from None
-
-
-def parse_end_at(value: Any, now: datetime | None) -> datetime | None:
-    """``end_at`` (RS-9c): an RFC 3339 instant with an offset, not before ``now`` (when
-    given: a new or changed end)."""
-    if value is None:
-        return None
-    try:
-        end_at = parse_rfc3339(value) if isinstance(value, str) else require_aware(value)
-    except (TypeError, ValueError, AttributeError, OverflowError):
-        raise InvalidRequest(
-            "end_at must be an RFC 3339 timestamp with an offset, e.g. 2027-01-01T00:00:00Z",
-            errors=[
-                {"loc": ["body", "end_at"], "msg": "timestamp with offset", "type": "datetime"}
-            ],
-        ) from None
-    if now is not None and end_at < now:
-        raise InvalidRequest(
-            f"end_at {to_rfc3339(end_at)} is in the past; a schedule ends in the future",
-            code="end_at_in_past",
-            end_at=to_rfc3339(end_at),
-        )
-    return end_at
-
-
-def parse_max_occurrences(value: Any) -> int | None:
-    if value is None:
-        return None
-    if isinstance(value, bool) or not isinstance(value, int) or value < 1:
-        raise InvalidRequest(
-            "max_occurrences must be a whole number of at least 1 (or null for no limit)",
-            errors=[{"loc": ["body", "max_occurrences"], "msg": ">= 1", "type": "value_error"}],
-        )
-    return value
-
-
-def parse_jitter(value: Any, spec: RecurrenceSpec, now: datetime) -> timedelta:
-    """``jitter_ms`` (RS-9d): shorter than the smallest gap between the spec's fires."""
-    if isinstance(value, bool) or not isinstance(value, int) or value < 0:
-        raise InvalidRequest(
-            "jitter_ms must be a whole number of milliseconds >= 0",
-            errors=[{"loc": ["body", "jitter_ms"], "msg": ">= 0", "type": "value_error"}],
-        )
-    if value == 0:
-        return timedelta(0)
-    largest = max_jitter_ms(spec, now)
-    if value > largest:
-        raise InvalidRequest(
-            f"jitter_ms {value} is not shorter than the smallest gap between this spec's "
-            f"fires over the next 366 days; at most {largest}",
-            code="jitter_too_large",
-            max_jitter_ms=largest,
-            jitter_ms=value,
-        )
-    return timedelta(milliseconds=value)
-
-
-def parse_source(value: Any) -> str | None:
-    if value is None:
-        return None
-    if not isinstance(value, str) or not 1 <= len(value) <= 200:
-        raise InvalidRequest(
-            "source must be 1 to 200 characters (the name of a file of schedules)",
-            errors=[{"loc": ["body", "source"], "msg": "1..200 characters", "type": "value"}],
-        )
-    return value
-
-
-def whole_second(now: datetime) -> datetime:
-    """What a spec's defaults count from (an interval's first fire is this plus the
-    interval): whole seconds, as Temporal Schedules place interval fires, so a schedule
-    fires at the same instants whichever driver fires it."""
-    return now.replace(microsecond=0)
-
-
-def _check_name(name: Any) -> str:
-    if not isinstance(name, str) or not 1 <= len(name) <= 200:
-        raise InvalidRequest("name must be 1 to 200 characters")
-    return name
-
-
 def check_create_request(cmd: CreateSchedule, now: datetime) -> None:
     """The checks of a create that read only the request (an ``end_at`` in the past
     aside: an upsert that leaves an elapsed ``end_at`` as it is stays valid)."""
-    _check_name(cmd.name)
+    parse_name(cmd.name)
     spec = parse_spec(cmd.spec, now)
     parse_policy(
         {
@@ -336,7 +144,7 @@ def check_create_request(cmd: CreateSchedule, now: datetime) -> None:
     parse_max_occurrences(cmd.max_occurrences)
     parse_jitter(cmd.jitter_ms, spec, now)
     parse_source(cmd.source)
-    _version_policy(cmd.version_policy)
+    parse_version_policy(cmd.version_policy)
     parse_regression(cmd.regression)
 
 
@@ -345,7 +153,7 @@ def decide_create(
 ) -> NewSchedule:
     """Every check of a create, in the contract's order, and the row it would insert;
     nothing is written (the dry run of ``PUT …/by-name`` stops here)."""
-    _check_name(cmd.name)
+    parse_name(cmd.name)
     spec = parse_spec(cmd.spec, whole_second(now))
     policy = parse_policy(
         {
@@ -361,7 +169,7 @@ def decide_create(
     policy = replace(policy, jitter=parse_jitter(cmd.jitter_ms, spec, now))
     schedule_driver.check_supported(services, spec, policy.jitter)
     source = parse_source(cmd.source)
-    version_policy = _version_policy(cmd.version_policy)
+    version_policy = parse_version_policy(cmd.version_policy)
     regression = parse_regression(cmd.regression)
     active_version = _check_input(tx, cmd.workflow, cmd.input)
     require(principal, Action.CREATE)
@@ -515,7 +323,7 @@ def decide_update(
     if "source" in cmd.changes:
         changes["source"] = parse_source(cmd.changes["source"])
     if "name" in cmd.changes:
-        changes["name"] = _check_name(cmd.changes["name"])
+        changes["name"] = parse_name(cmd.changes["name"])
     workflow = values["workflow"]
     if "input" in cmd.changes:
         # The request's own input: validation that reads only the request (422).
@@ -523,7 +331,7 @@ def decide_update(
     elif "workflow" in cmd.changes:
         require_active(tx, workflow)
     if "version_policy" in cmd.changes:
-        changes["version_policy"] = _version_policy(cmd.changes["version_policy"]).value
+        changes["version_policy"] = parse_version_policy(cmd.changes["version_policy"]).value
     if "regression" in cmd.changes:
         changes["regression"] = parse_regression(cmd.changes["regression"])
     if "enabled" in cmd.changes:

@@ -8,6 +8,7 @@ from datetime import datetime
 import sqlalchemy as sa
 from sqlalchemy.engine import RowMapping
 
+from punctual.adapters.stores.sql import column_types
 from punctual.adapters.stores.sql import tables as t
 from punctual.ports.records import AuditEntry, NewAuditEntry
 
@@ -34,7 +35,7 @@ def _entry(row: RowMapping) -> AuditEntry:
 _RECORD = sa.insert(t.audit_log).values(
     id=sa.bindparam("id"),
     tenant=sa.bindparam("tenant"),
-    at=sa.bindparam("at", type_=t.UTCDateTime()),
+    at=sa.bindparam("at", type_=column_types.UTCDateTime()),
     actor=sa.bindparam("actor"),
     # The token's id as given, else looked up by its digest inside the insert (an indexed
     # equality on ``tokens.digest``): no extra round trip on the hot path of creates.

@@ -17,7 +17,7 @@ import sqlalchemy as sa
 from sqlalchemy.dialects import postgresql, sqlite
 from sqlalchemy.engine import Engine, RowMapping, make_url
 
-from punctual.adapters.stores.sql.tables import UTCDateTime
+from punctual.adapters.stores.sql.column_types import UTCDateTime
 
 SQLITE_BUSY_TIMEOUT_MS = 30_000
 _PG_CONNECT_TIMEOUT = {"connect_timeout": 10}

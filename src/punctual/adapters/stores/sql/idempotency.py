@@ -8,6 +8,7 @@ from typing import Any
 
 import sqlalchemy as sa
 
+from punctual.adapters.stores.sql import column_types
 from punctual.adapters.stores.sql import tables as t
 from punctual.adapters.stores.sql.dialects import insert_returning, update_rows
 from punctual.ports.records import IdempotencyRecord, KeyOutcome
@@ -15,7 +16,7 @@ from punctual.ports.records import IdempotencyRecord, KeyOutcome
 _k = t.idempotency_keys.c
 _KEY = ["tenant", "principal", "key"]
 _IN_FLIGHT = [_k.state == "in_flight"]
-_RESPONSE = t.OutcomeJSON()
+_RESPONSE = column_types.OutcomeJSON()
 """A recorded answer is kept as the runs table keeps results and errors (FT-3): one whose
 JSON holds U+0000 (a run view's result or error) is stored as its JSON text, so its replay
 answers the same bytes on both stores instead of failing in PostgreSQL's JSONB."""

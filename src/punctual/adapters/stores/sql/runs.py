@@ -10,6 +10,7 @@ from typing import Any
 import sqlalchemy as sa
 from sqlalchemy.dialects import postgresql
 
+from punctual.adapters.stores.sql import column_types
 from punctual.adapters.stores.sql import tables as t
 from punctual.adapters.stores.sql.dialects import (
     claimable,
@@ -386,7 +387,7 @@ class SqlRuns:
             }
         dialect = self._conn.dialect
         result_type = t.runs.c.result.type
-        assert isinstance(result_type, t.OutcomeJSON)
+        assert isinstance(result_type, column_types.OutcomeJSON)
 
         def stored(value: Any) -> str:
             # What the column itself binds (its escaped envelope included), as JSON text.

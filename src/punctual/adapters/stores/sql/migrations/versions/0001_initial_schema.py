@@ -11,7 +11,7 @@ import sqlalchemy as sa
 from alembic import op
 from sqlalchemy.dialects import postgresql
 
-from punctual.adapters.stores.sql import tables
+from punctual.adapters.stores.sql import column_types
 
 revision = "0001"
 down_revision = None
@@ -39,7 +39,7 @@ def upgrade() -> None:
             nullable=False,
         ),
         sa.Column("execution_timeout_seconds", sa.Float(), nullable=False),
-        sa.Column("created_at", tables.UTCDateTime(), nullable=False),
+        sa.Column("created_at", column_types.UTCDateTime(), nullable=False),
         sa.PrimaryKeyConstraint("seq", name=op.f("pk_definitions")),
         sa.UniqueConstraint("name", "version", name=op.f("uq_definitions_name_version")),
     )
@@ -57,8 +57,8 @@ def upgrade() -> None:
         sa.Column("subject_id", sa.String(length=200), nullable=False),
         sa.Column("severity", sa.String(length=16), nullable=False),
         sa.Column("message", sa.String(length=1000), nullable=False),
-        sa.Column("created_at", tables.UTCDateTime(), nullable=False),
-        sa.Column("acknowledged_at", tables.UTCDateTime(), nullable=True),
+        sa.Column("created_at", column_types.UTCDateTime(), nullable=False),
+        sa.Column("acknowledged_at", column_types.UTCDateTime(), nullable=True),
         sa.Column("acknowledged_by", sa.String(length=200), nullable=True),
         sa.PrimaryKeyConstraint("seq", name=op.f("pk_findings")),
         sa.UniqueConstraint("id", name=op.f("uq_findings_id")),
@@ -74,7 +74,7 @@ def upgrade() -> None:
         sa.Column("fingerprint", sa.String(length=64), nullable=False),
         sa.Column("state", sa.String(length=16), nullable=False),
         sa.Column("owner", sa.String(length=40), nullable=False),
-        sa.Column("lease_until", tables.UTCDateTime(), nullable=False),
+        sa.Column("lease_until", column_types.UTCDateTime(), nullable=False),
         sa.Column("status_code", sa.Integer(), nullable=True),
         sa.Column(
             "response",
@@ -82,8 +82,8 @@ def upgrade() -> None:
             nullable=True,
         ),
         sa.Column("resource_id", sa.String(length=40), nullable=True),
-        sa.Column("created_at", tables.UTCDateTime(), nullable=False),
-        sa.Column("decided_at", tables.UTCDateTime(), nullable=True),
+        sa.Column("created_at", column_types.UTCDateTime(), nullable=False),
+        sa.Column("decided_at", column_types.UTCDateTime(), nullable=True),
         sa.PrimaryKeyConstraint("tenant", "principal", "key", name=op.f("pk_idempotency_keys")),
     )
     with op.batch_alter_table("idempotency_keys", schema=None) as batch_op:
@@ -96,7 +96,7 @@ def upgrade() -> None:
         sa.Column("tenant", sa.String(length=64), nullable=False),
         sa.Column("subject", sa.String(length=200), nullable=False),
         sa.Column("role", sa.String(length=16), nullable=False),
-        sa.Column("created_at", tables.UTCDateTime(), nullable=False),
+        sa.Column("created_at", column_types.UTCDateTime(), nullable=False),
         sa.PrimaryKeyConstraint("tenant", "subject", name=op.f("pk_members")),
     )
     op.create_table(
@@ -139,10 +139,10 @@ def upgrade() -> None:
         sa.Column("timeout_seconds", sa.Float(), nullable=False),
         sa.Column("cancel_requested", sa.Boolean(), nullable=False),
         sa.Column("claimed_by", sa.String(length=40), nullable=True),
-        sa.Column("lease_until", tables.UTCDateTime(), nullable=True),
-        sa.Column("created_at", tables.UTCDateTime(), nullable=False),
-        sa.Column("started_at", tables.UTCDateTime(), nullable=True),
-        sa.Column("ended_at", tables.UTCDateTime(), nullable=True),
+        sa.Column("lease_until", column_types.UTCDateTime(), nullable=True),
+        sa.Column("created_at", column_types.UTCDateTime(), nullable=False),
+        sa.Column("started_at", column_types.UTCDateTime(), nullable=True),
+        sa.Column("ended_at", column_types.UTCDateTime(), nullable=True),
         sa.PrimaryKeyConstraint("seq", name=op.f("pk_runs")),
         sa.UniqueConstraint("id", name=op.f("uq_runs_id")),
     )
@@ -179,7 +179,7 @@ def upgrade() -> None:
         sa.Column("tenant", sa.String(length=64), nullable=False),
         sa.Column("workflow", sa.String(length=200), nullable=False),
         sa.Column("business_request_id", sa.String(length=200), nullable=False),
-        sa.Column("start_at", tables.UTCDateTime(), nullable=False),
+        sa.Column("start_at", column_types.UTCDateTime(), nullable=False),
         sa.Column("time_zone", sa.String(length=64), nullable=True),
         sa.Column("workload_class", sa.String(length=64), nullable=False),
         sa.Column(
@@ -193,8 +193,8 @@ def upgrade() -> None:
         sa.Column("state", sa.String(length=16), nullable=False),
         sa.Column("version", sa.Integer(), nullable=False),
         sa.Column("attempts", sa.Integer(), nullable=False),
-        sa.Column("due_at", tables.UTCDateTime(), nullable=False),
-        sa.Column("next_attempt_at", tables.UTCDateTime(), nullable=True),
+        sa.Column("due_at", column_types.UTCDateTime(), nullable=False),
+        sa.Column("next_attempt_at", column_types.UTCDateTime(), nullable=True),
         sa.Column(
             "last_error",
             sa.JSON().with_variant(postgresql.JSONB(astext_type=sa.Text()), "postgresql"),
@@ -202,14 +202,14 @@ def upgrade() -> None:
         ),
         sa.Column("reason", sa.String(length=300), nullable=True),
         sa.Column("created_by", sa.String(length=200), nullable=False),
-        sa.Column("created_at", tables.UTCDateTime(), nullable=False),
-        sa.Column("updated_at", tables.UTCDateTime(), nullable=False),
+        sa.Column("created_at", column_types.UTCDateTime(), nullable=False),
+        sa.Column("updated_at", column_types.UTCDateTime(), nullable=False),
         sa.Column("run_id", sa.String(length=40), nullable=False),
         sa.Column("definition_version", sa.String(length=100), nullable=True),
         sa.Column("artifact", sa.String(length=200), nullable=True),
-        sa.Column("dispatched_at", tables.UTCDateTime(), nullable=True),
+        sa.Column("dispatched_at", column_types.UTCDateTime(), nullable=True),
         sa.Column("claimed_by", sa.String(length=40), nullable=True),
-        sa.Column("lease_until", tables.UTCDateTime(), nullable=True),
+        sa.Column("lease_until", column_types.UTCDateTime(), nullable=True),
         sa.PrimaryKeyConstraint("seq", name=op.f("pk_starts")),
         sa.UniqueConstraint("id", name=op.f("uq_starts_id")),
         sa.UniqueConstraint("run_id", name=op.f("uq_starts_run_id")),
@@ -235,7 +235,7 @@ def upgrade() -> None:
     op.create_table(
         "tenants",
         sa.Column("id", sa.String(length=64), nullable=False),
-        sa.Column("created_at", tables.UTCDateTime(), nullable=False),
+        sa.Column("created_at", column_types.UTCDateTime(), nullable=False),
         sa.PrimaryKeyConstraint("id", name=op.f("pk_tenants")),
     )
     op.create_table(
@@ -250,9 +250,9 @@ def upgrade() -> None:
         sa.Column("tenant", sa.String(length=64), nullable=False),
         sa.Column("subject", sa.String(length=200), nullable=False),
         sa.Column("digest", sa.String(length=64), nullable=False),
-        sa.Column("created_at", tables.UTCDateTime(), nullable=False),
-        sa.Column("expires_at", tables.UTCDateTime(), nullable=True),
-        sa.Column("revoked_at", tables.UTCDateTime(), nullable=True),
+        sa.Column("created_at", column_types.UTCDateTime(), nullable=False),
+        sa.Column("expires_at", column_types.UTCDateTime(), nullable=True),
+        sa.Column("revoked_at", column_types.UTCDateTime(), nullable=True),
         sa.PrimaryKeyConstraint("seq", name=op.f("pk_tokens")),
         sa.UniqueConstraint("digest", name=op.f("uq_tokens_digest")),
         sa.UniqueConstraint("id", name=op.f("uq_tokens_id")),
@@ -278,9 +278,9 @@ def upgrade() -> None:
             nullable=False,
         ),
         sa.Column("slots", sa.Integer(), nullable=False),
-        sa.Column("started_at", tables.UTCDateTime(), nullable=False),
-        sa.Column("heartbeat_at", tables.UTCDateTime(), nullable=False),
-        sa.Column("stopped_at", tables.UTCDateTime(), nullable=True),
+        sa.Column("started_at", column_types.UTCDateTime(), nullable=False),
+        sa.Column("heartbeat_at", column_types.UTCDateTime(), nullable=False),
+        sa.Column("stopped_at", column_types.UTCDateTime(), nullable=True),
         sa.PrimaryKeyConstraint("id", name=op.f("pk_workers")),
     )
 

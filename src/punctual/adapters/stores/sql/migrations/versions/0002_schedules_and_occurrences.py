@@ -11,7 +11,7 @@ import sqlalchemy as sa
 from alembic import op
 from sqlalchemy.dialects import postgresql
 
-from punctual.adapters.stores.sql import tables
+from punctual.adapters.stores.sql import column_types
 
 revision = "0002"
 down_revision = "0001"
@@ -56,14 +56,14 @@ def upgrade() -> None:
             nullable=True,
         ),
         sa.Column("created_by", sa.String(length=200), nullable=False),
-        sa.Column("cursor", tables.UTCDateTime(), nullable=False),
-        sa.Column("next_fire_at", tables.UTCDateTime(), nullable=True),
-        sa.Column("last_fired_at", tables.UTCDateTime(), nullable=True),
+        sa.Column("cursor", column_types.UTCDateTime(), nullable=False),
+        sa.Column("next_fire_at", column_types.UTCDateTime(), nullable=True),
+        sa.Column("last_fired_at", column_types.UTCDateTime(), nullable=True),
         sa.Column("last_run_id", sa.String(length=40), nullable=True),
         sa.Column("last_status", sa.String(length=300), nullable=True),
-        sa.Column("created_at", tables.UTCDateTime(), nullable=False),
-        sa.Column("updated_at", tables.UTCDateTime(), nullable=False),
-        sa.Column("deleted_at", tables.UTCDateTime(), nullable=True),
+        sa.Column("created_at", column_types.UTCDateTime(), nullable=False),
+        sa.Column("updated_at", column_types.UTCDateTime(), nullable=False),
+        sa.Column("deleted_at", column_types.UTCDateTime(), nullable=True),
         sa.PrimaryKeyConstraint("seq", name=op.f("pk_schedules")),
         sa.UniqueConstraint("id", name=op.f("uq_schedules_id")),
     )
@@ -91,7 +91,7 @@ def upgrade() -> None:
 
     with op.batch_alter_table("runs", schema=None) as batch_op:
         batch_op.add_column(sa.Column("schedule_id", sa.String(length=40), nullable=True))
-        batch_op.add_column(sa.Column("queued_at", tables.UTCDateTime(), nullable=True))
+        batch_op.add_column(sa.Column("queued_at", column_types.UTCDateTime(), nullable=True))
         batch_op.create_index(
             batch_op.f("ix_runs_schedule_id_state"), ["schedule_id", "state"], unique=False
         )
@@ -100,11 +100,11 @@ def upgrade() -> None:
 
     with op.batch_alter_table("starts", schema=None) as batch_op:
         batch_op.add_column(sa.Column("schedule_id", sa.String(length=40), nullable=True))
-        batch_op.add_column(sa.Column("occurrence_at", tables.UTCDateTime(), nullable=True))
+        batch_op.add_column(sa.Column("occurrence_at", column_types.UTCDateTime(), nullable=True))
         batch_op.add_column(sa.Column("nominal", sa.String(length=32), nullable=True))
         batch_op.add_column(sa.Column("dst_adjustment", sa.String(length=20), nullable=True))
         batch_op.add_column(sa.Column("revision", sa.Integer(), nullable=True))
-        batch_op.add_column(sa.Column("range_last", tables.UTCDateTime(), nullable=True))
+        batch_op.add_column(sa.Column("range_last", column_types.UTCDateTime(), nullable=True))
         batch_op.add_column(sa.Column("range_count", sa.Integer(), nullable=True))
         batch_op.create_index(
             batch_op.f("ix_starts_schedule_id_state"), ["schedule_id", "state"], unique=False

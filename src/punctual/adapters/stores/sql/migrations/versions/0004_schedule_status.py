@@ -10,7 +10,7 @@ from __future__ import annotations
 import sqlalchemy as sa
 from alembic import op
 
-from punctual.adapters.stores.sql import tables
+from punctual.adapters.stores.sql import column_types
 
 revision = "0004"
 down_revision = "0003"
@@ -22,7 +22,7 @@ def upgrade() -> None:
     op.create_table(
         "schedule_status",
         sa.Column("schedule_id", sa.String(length=40), nullable=False),
-        sa.Column("last_fired_at", tables.UTCDateTime(), nullable=True),
+        sa.Column("last_fired_at", column_types.UTCDateTime(), nullable=True),
         sa.Column("last_run_id", sa.String(length=40), nullable=True),
         sa.Column("last_status", sa.String(length=300), nullable=True),
         sa.PrimaryKeyConstraint("schedule_id", name=op.f("pk_schedule_status")),
@@ -40,7 +40,7 @@ def upgrade() -> None:
 
 def downgrade() -> None:
     with op.batch_alter_table("schedules", schema=None) as batch_op:
-        batch_op.add_column(sa.Column("last_fired_at", tables.UTCDateTime(), nullable=True))
+        batch_op.add_column(sa.Column("last_fired_at", column_types.UTCDateTime(), nullable=True))
         batch_op.add_column(sa.Column("last_run_id", sa.String(length=40), nullable=True))
         batch_op.add_column(sa.Column("last_status", sa.String(length=300), nullable=True))
     for column in ("last_fired_at", "last_run_id", "last_status"):

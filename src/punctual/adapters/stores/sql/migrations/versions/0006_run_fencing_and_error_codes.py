@@ -23,7 +23,7 @@ from typing import Any
 import sqlalchemy as sa
 from alembic import op
 
-from punctual.adapters.stores.sql import tables
+from punctual.adapters.stores.sql import column_types
 
 revision = "0006"
 down_revision = "0005"
@@ -76,7 +76,7 @@ def _scrub_validation_messages(conn: sa.Connection) -> None:
         "starts",
         sa.column("seq", sa.BigInteger()),
         sa.column("id", sa.String()),
-        sa.column("last_error", tables.JSONType),
+        sa.column("last_error", column_types.JSONType),
     )
     after = 0
     while page := conn.execute(
@@ -122,7 +122,7 @@ def _scrub_validation_messages(conn: sa.Connection) -> None:
         sa.column("principal", sa.String()),
         sa.column("key", sa.String()),
         sa.column("status_code", sa.Integer()),
-        sa.column("response", tables.JSONType),
+        sa.column("response", column_types.JSONType),
     )
     scrubbed = {"error": {"code": "input_invalid", "message": _SCRUBBED_VALIDATION, "details": {}}}
     rows = conn.execute(
@@ -153,7 +153,7 @@ def _scrub_validation_messages(conn: sa.Connection) -> None:
 def upgrade() -> None:
     with op.batch_alter_table("runs", schema=None) as batch_op:
         batch_op.add_column(sa.Column("claim_token", sa.String(length=64), nullable=True))
-        batch_op.add_column(sa.Column("claimed_at", tables.UTCDateTime(), nullable=True))
+        batch_op.add_column(sa.Column("claimed_at", column_types.UTCDateTime(), nullable=True))
     op.execute("UPDATE runs SET claimed_at = started_at WHERE started_at IS NOT NULL")
     op.execute(
         "UPDATE runs SET claim_token = claimed_by || '/' || CAST(attempts AS VARCHAR(20)) "
@@ -164,7 +164,7 @@ def upgrade() -> None:
         sa.column("seq", sa.BigInteger()),
         sa.column("id", sa.String()),
         sa.column("state", sa.String()),
-        sa.column("error", tables.OutcomeJSON()),
+        sa.column("error", column_types.OutcomeJSON()),
     )
     conn = op.get_bind()
     _scrub_validation_messages(conn)

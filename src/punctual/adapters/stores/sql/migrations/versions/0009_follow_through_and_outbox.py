@@ -20,7 +20,7 @@ from __future__ import annotations
 import sqlalchemy as sa
 from alembic import op
 
-from punctual.adapters.stores.sql import tables
+from punctual.adapters.stores.sql import column_types
 
 revision = "0009"
 down_revision = "0008"
@@ -55,7 +55,9 @@ def upgrade() -> None:
         )
 
     with op.batch_alter_table("schedule_status", schema=None) as batch_op:
-        batch_op.add_column(sa.Column("status_occurrence_at", tables.UTCDateTime(), nullable=True))
+        batch_op.add_column(
+            sa.Column("status_occurrence_at", column_types.UTCDateTime(), nullable=True)
+        )
     op.execute(
         "UPDATE schedule_status SET status_occurrence_at = (SELECT s.occurrence_at FROM starts s "
         "WHERE s.run_id = schedule_status.last_run_id) WHERE last_run_id IS NOT NULL"
@@ -70,8 +72,8 @@ def upgrade() -> None:
         sa.Column("status", sa.String(length=32), nullable=False),
         sa.Column("reason", sa.Text(), nullable=True),
         sa.Column("previous_run_id", sa.String(length=40), nullable=True),
-        sa.Column("regressions", tables.JSONType, nullable=False),
-        sa.Column("recorded_at", tables.UTCDateTime(), nullable=False),
+        sa.Column("regressions", column_types.JSONType, nullable=False),
+        sa.Column("recorded_at", column_types.UTCDateTime(), nullable=False),
         sa.PrimaryKeyConstraint("occurrence_id", name=op.f("pk_follow_throughs")),
     )
 
@@ -87,10 +89,10 @@ def upgrade() -> None:
         sa.Column("run_id", sa.String(length=40), nullable=True),
         sa.Column("title", sa.Text(), nullable=False),
         sa.Column("text", sa.Text(), nullable=False),
-        sa.Column("details", tables.JSONType, nullable=False),
+        sa.Column("details", column_types.JSONType, nullable=False),
         sa.Column("event_id", sa.String(length=40), nullable=False),
-        sa.Column("created_at", tables.UTCDateTime(), nullable=False),
-        sa.Column("read_at", tables.UTCDateTime(), nullable=True),
+        sa.Column("created_at", column_types.UTCDateTime(), nullable=False),
+        sa.Column("read_at", column_types.UTCDateTime(), nullable=True),
         sa.PrimaryKeyConstraint("seq", name=op.f("pk_notifications")),
         sa.UniqueConstraint("id", name=op.f("uq_notifications_id")),
     )
@@ -118,11 +120,11 @@ def upgrade() -> None:
         sa.Column("url_display", sa.String(length=400), nullable=False),
         sa.Column("secret", sa.LargeBinary(), nullable=True),
         sa.Column("secret_key_id", sa.String(length=64), nullable=True),
-        sa.Column("events", tables.JSONType, nullable=False),
+        sa.Column("events", column_types.JSONType, nullable=False),
         sa.Column("created_by", sa.String(length=200), nullable=False),
-        sa.Column("created_at", tables.UTCDateTime(), nullable=False),
-        sa.Column("updated_at", tables.UTCDateTime(), nullable=False),
-        sa.Column("deleted_at", tables.UTCDateTime(), nullable=True),
+        sa.Column("created_at", column_types.UTCDateTime(), nullable=False),
+        sa.Column("updated_at", column_types.UTCDateTime(), nullable=False),
+        sa.Column("deleted_at", column_types.UTCDateTime(), nullable=True),
         sa.PrimaryKeyConstraint("seq", name=op.f("pk_webhooks")),
         sa.UniqueConstraint("id", name=op.f("uq_webhooks_id")),
     )
@@ -137,16 +139,16 @@ def upgrade() -> None:
         sa.Column("webhook_id", sa.String(length=40), nullable=False),
         sa.Column("event_id", sa.String(length=40), nullable=False),
         sa.Column("kind", sa.String(length=64), nullable=False),
-        sa.Column("payload", tables.JSONType, nullable=False),
+        sa.Column("payload", column_types.JSONType, nullable=False),
         sa.Column("status", sa.String(length=16), nullable=False),
         sa.Column("attempts", sa.Integer(), nullable=False),
         sa.Column("last_status_code", sa.Integer(), nullable=True),
         sa.Column("last_error", sa.String(length=500), nullable=True),
-        sa.Column("next_attempt_at", tables.UTCDateTime(), nullable=True),
-        sa.Column("delivered_at", tables.UTCDateTime(), nullable=True),
+        sa.Column("next_attempt_at", column_types.UTCDateTime(), nullable=True),
+        sa.Column("delivered_at", column_types.UTCDateTime(), nullable=True),
         sa.Column("claim_token", sa.String(length=64), nullable=True),
-        sa.Column("created_at", tables.UTCDateTime(), nullable=False),
-        sa.Column("updated_at", tables.UTCDateTime(), nullable=False),
+        sa.Column("created_at", column_types.UTCDateTime(), nullable=False),
+        sa.Column("updated_at", column_types.UTCDateTime(), nullable=False),
         sa.PrimaryKeyConstraint("seq", name=op.f("pk_webhook_deliveries")),
         sa.UniqueConstraint("id", name=op.f("uq_webhook_deliveries_id")),
     )

@@ -17,7 +17,7 @@ from __future__ import annotations
 import sqlalchemy as sa
 from alembic import op
 
-from punctual.adapters.stores.sql import tables
+from punctual.adapters.stores.sql import column_types
 
 revision = "0010"
 down_revision = "0009"
@@ -30,7 +30,7 @@ def upgrade() -> None:
         "codec_state",
         sa.Column("id", sa.SmallInteger(), autoincrement=False, nullable=False),
         sa.Column("active_key_id", sa.String(length=64), nullable=False),
-        sa.Column("activated_at", tables.UTCDateTime(), nullable=False),
+        sa.Column("activated_at", column_types.UTCDateTime(), nullable=False),
         sa.PrimaryKeyConstraint("id", name=op.f("pk_codec_state")),
     )
     op.create_table(
@@ -38,12 +38,12 @@ def upgrade() -> None:
         sa.Column("id", sa.String(length=40), nullable=False),
         sa.Column("host", sa.String(length=200), nullable=False),
         sa.Column("pid", sa.Integer(), nullable=False),
-        sa.Column("components", tables.JSONType, nullable=False),
-        sa.Column("key_ids", tables.JSONType, nullable=False),
+        sa.Column("components", column_types.JSONType, nullable=False),
+        sa.Column("key_ids", column_types.JSONType, nullable=False),
         sa.Column("active_key_id", sa.String(length=64), nullable=True),
-        sa.Column("started_at", tables.UTCDateTime(), nullable=False),
-        sa.Column("heartbeat_at", tables.UTCDateTime(), nullable=False),
-        sa.Column("stopped_at", tables.UTCDateTime(), nullable=True),
+        sa.Column("started_at", column_types.UTCDateTime(), nullable=False),
+        sa.Column("heartbeat_at", column_types.UTCDateTime(), nullable=False),
+        sa.Column("stopped_at", column_types.UTCDateTime(), nullable=True),
         sa.PrimaryKeyConstraint("id", name=op.f("pk_processes")),
     )
 

@@ -19,7 +19,7 @@ from __future__ import annotations
 import sqlalchemy as sa
 from alembic import op
 
-from punctual.adapters.stores.sql import tables
+from punctual.adapters.stores.sql import column_types
 
 revision = "0011"
 down_revision = "0010"
@@ -68,8 +68,8 @@ def upgrade() -> None:
         sa.Column("subject_id", sa.String(length=200), nullable=False),
         sa.Column("reason", sa.String(length=1000), nullable=False),
         sa.Column("created_by", sa.String(length=200), nullable=False),
-        sa.Column("created_at", tables.UTCDateTime(), nullable=False),
-        sa.Column("released_at", tables.UTCDateTime(), nullable=True),
+        sa.Column("created_at", column_types.UTCDateTime(), nullable=False),
+        sa.Column("released_at", column_types.UTCDateTime(), nullable=True),
         sa.Column("released_by", sa.String(length=200), nullable=True),
         sa.Column("placed_by_host", sa.Boolean(), nullable=False),
         sa.PrimaryKeyConstraint("seq", name=op.f("pk_holds")),
@@ -90,7 +90,7 @@ def upgrade() -> None:
         sa.Column("seq", _Seq, autoincrement=True, nullable=False),
         sa.Column("id", sa.String(length=40), nullable=False),
         sa.Column("tenant", sa.String(length=64), nullable=False),
-        sa.Column("at", tables.UTCDateTime(), nullable=False),
+        sa.Column("at", column_types.UTCDateTime(), nullable=False),
         sa.Column("actor", sa.String(length=200), nullable=False),
         sa.Column("token_id", sa.String(length=40), nullable=True),
         sa.Column("action", sa.String(length=100), nullable=False),

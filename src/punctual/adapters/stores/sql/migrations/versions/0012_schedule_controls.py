@@ -29,7 +29,7 @@ from __future__ import annotations
 import sqlalchemy as sa
 from alembic import op
 
-from punctual.adapters.stores.sql import tables
+from punctual.adapters.stores.sql import column_types
 
 revision = "0012"
 down_revision = "0011"
@@ -143,7 +143,7 @@ def upgrade() -> None:
         )
     op.execute("UPDATE starts SET origin = 'schedule' WHERE schedule_id IS NOT NULL")
     with op.batch_alter_table("schedules", schema=None) as batch_op:
-        batch_op.add_column(sa.Column("end_at", tables.UTCDateTime(), nullable=True))
+        batch_op.add_column(sa.Column("end_at", column_types.UTCDateTime(), nullable=True))
         batch_op.add_column(sa.Column("max_occurrences", sa.BigInteger(), nullable=True))
         batch_op.add_column(
             sa.Column("fires_counted", sa.BigInteger(), server_default=sa.text("0"), nullable=False)

@@ -18,7 +18,7 @@ from __future__ import annotations
 import sqlalchemy as sa
 from alembic import op
 
-from punctual.adapters.stores.sql import tables
+from punctual.adapters.stores.sql import column_types
 
 revision = "0013"
 down_revision = "0012"
@@ -31,15 +31,15 @@ def upgrade() -> None:
         "driver_installation",
         sa.Column("id", sa.SmallInteger(), autoincrement=False, nullable=False),
         sa.Column("installation_id", sa.String(length=64), nullable=False),
-        sa.Column("created_at", tables.UTCDateTime(), nullable=False),
+        sa.Column("created_at", column_types.UTCDateTime(), nullable=False),
         sa.PrimaryKeyConstraint("id", name=op.f("pk_driver_installation")),
     )
     op.create_table(
         "schedule_sync",
         sa.Column("schedule_id", sa.String(length=40), nullable=False),
         sa.Column("state", sa.String(length=16), nullable=False),
-        sa.Column("checked_at", tables.UTCDateTime(), nullable=False),
-        sa.Column("next_fire_times", tables.JSONType, nullable=False),
+        sa.Column("checked_at", column_types.UTCDateTime(), nullable=False),
+        sa.Column("next_fire_times", column_types.JSONType, nullable=False),
         sa.Column("digest", sa.String(length=64), nullable=True),
         sa.PrimaryKeyConstraint("schedule_id", name=op.f("pk_schedule_sync")),
     )

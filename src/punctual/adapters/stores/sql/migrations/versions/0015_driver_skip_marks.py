@@ -16,7 +16,7 @@ from __future__ import annotations
 import sqlalchemy as sa
 from alembic import op
 
-from punctual.adapters.stores.sql import tables
+from punctual.adapters.stores.sql import column_types
 
 revision = "0015"
 down_revision = "0014"
@@ -26,7 +26,9 @@ depends_on = None
 
 def upgrade() -> None:
     with op.batch_alter_table("schedule_sync") as batch:
-        batch.add_column(sa.Column("skips_checked_through", tables.UTCDateTime(), nullable=True))
+        batch.add_column(
+            sa.Column("skips_checked_through", column_types.UTCDateTime(), nullable=True)
+        )
         batch.add_column(sa.Column("skips_version", sa.Integer(), nullable=True))
 
 
