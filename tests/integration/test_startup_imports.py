@@ -1,7 +1,8 @@
 """What a process imports at its start is what it needs (SPEC OP-1: a host command answers
 at once, a worker starts fast): the composition root and a host command leave the web stack
 and Alembic alone until something serves HTTP or migrates, and the CLI leaves the typed
-client's models unbuilt until a command uses them.
+client alone until a command talks to a server (``serve`` and the fork server of every
+worker import the CLI).
 
 Each check is a fresh interpreter: this one has imported everything already.
 """
@@ -27,6 +28,13 @@ def loaded_after(imports: str, watched: list[str]) -> list[str]:
     )
     found: list[str] = json.loads(done.stdout)
     return found
+
+
+def test_the_cli_starts_without_the_typed_client() -> None:
+    assert (
+        loaded_after("import punctual.cli.main", ["punctual.client", "punctual.resources", "httpx"])
+        == []
+    )
 
 
 def test_the_composition_root_imports_neither_the_web_stack_nor_alembic() -> None:

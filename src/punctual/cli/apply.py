@@ -32,10 +32,12 @@ import tomllib
 from collections.abc import Iterator
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any, Literal
+from typing import TYPE_CHECKING, Any, Literal
 
 from punctual.cli.remote import EXIT_INVALID, fail
-from punctual.client import InvalidRequestError, PunctualClient
+
+if TYPE_CHECKING:
+    from punctual.client import InvalidRequestError, PunctualClient
 
 Action = Literal["create", "update", "unchanged", "delete"]
 _FILE_KEYS = {"source", "schedules"}
@@ -115,6 +117,8 @@ def read_file(path: Path) -> ScheduleFile:
 def plan(client: PunctualClient, schedule_file: ScheduleFile, prune: bool) -> list[Step]:
     """What applying the file would do, from the server's dry runs. Refusals of single
     schedules are collected and reported together (exit 2) before anything is written."""
+    from punctual.client import InvalidRequestError
+
     steps: list[Step] = []
     refused: list[str] = []
     for name, body in schedule_file.schedules.items():

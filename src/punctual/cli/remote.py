@@ -24,25 +24,17 @@ from contextlib import contextmanager
 from dataclasses import dataclass
 from datetime import UTC, datetime
 from pathlib import Path
-from typing import Annotated, Any, NoReturn
+from typing import TYPE_CHECKING, Annotated, Any, NoReturn
 from urllib.parse import urlsplit
 
 import typer
 
-from punctual.client import (
-    ApiError,
-    AuthenticationError,
-    ClientError,
-    ConflictError,
-    InProgress,
-    NotFoundError,
-    PermissionDeniedError,
-    PunctualClient,
-    ServerUnreachable,
-    UnavailableError,
-    new_idempotency_key,
-)
-from punctual.resources import Resource
+if TYPE_CHECKING:
+    # The typed client and its models load when a command talks to a server, not when the
+    # CLI starts: ``serve``, the host commands and the fork server of every worker import
+    # this module, and the client is most of what the CLI would cost them.
+    from punctual.client import ClientError, PunctualClient
+    from punctual.resources import Resource
 
 DEFAULT_URL = "http://127.0.0.1:8080"
 
@@ -105,6 +97,8 @@ class Remote:
             fail(EXIT_INVALID, f"--url must be an http:// or https:// address, not {self.url!r}")
         if not self.token:
             fail(EXIT_NOT_ALLOWED, "not authenticated: pass --token or set PUNCTUAL_TOKEN")
+        from punctual.client import PunctualClient
+
         return PunctualClient(self.url, self.token, self.tenant)
 
 
@@ -159,6 +153,16 @@ def fail(code: int, message: str) -> NoReturn:
 
 def exit_code(error: ClientError) -> int:
     """API.md's exit code for what the client raised."""
+    from punctual.client import (
+        AuthenticationError,
+        ConflictError,
+        InProgress,
+        NotFoundError,
+        PermissionDeniedError,
+        ServerUnreachable,
+        UnavailableError,
+    )
+
     if isinstance(error, AuthenticationError | PermissionDeniedError):
         return EXIT_NOT_ALLOWED
     if isinstance(error, NotFoundError):
@@ -180,6 +184,8 @@ def session(remote: Remote, as_json: bool) -> Iterator[PunctualClient]:
 @contextmanager
 def answering(as_json: bool) -> Iterator[None]:
     """A client error becomes stderr lines, the route's JSON (``--json``) and an exit code."""
+    from punctual.client import ApiError, ClientError, InProgress
+
     try:
         yield
     except ClientError as error:
@@ -194,6 +200,8 @@ def answering(as_json: bool) -> Iterator[None]:
 
 def describe(error: ClientError) -> list[str]:
     """What stderr says about a failure: the error, and how to retry an undecided one."""
+    from punctual.client import ApiError, InProgress, ServerUnreachable, UnavailableError
+
     if isinstance(error, ApiError):
         lines = [f"error: {error.status} {error.code}: {error.message}"]
         for item in error.details.get("errors") or []:
@@ -215,6 +223,8 @@ def mutation_key(given: str | None, version: int | None = None) -> str:
     """``given``, or a new key printed to stderr first, with the flags a retry needs."""
     if given is not None:
         return given
+    from punctual.client import new_idempotency_key
+
     key = new_idempotency_key()
     retry = f"--idempotency-key {key}" + (f" --version {version}" if version is not None else "")
     typer.echo(f"idempotency key: {key} (to retry this request: {retry})", err=True)
@@ -271,6 +281,8 @@ def when(value: datetime | None) -> str:
 
 
 def shown(value: Any) -> str:
+    from punctual.resources import Resource
+
     if value is None:
         return "-"
     if isinstance(value, datetime):

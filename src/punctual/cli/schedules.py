@@ -7,7 +7,7 @@ occurrences, preview, trigger, backfill, and ``apply`` of a file of schedules
 from __future__ import annotations
 
 from pathlib import Path
-from typing import Annotated, Any
+from typing import TYPE_CHECKING, Annotated, Any
 
 import typer
 
@@ -31,7 +31,9 @@ from punctual.cli.remote import (
     tenant_command,
     when,
 )
-from punctual.resources import CronSpec, Fire, Occurrence, Schedule
+
+if TYPE_CHECKING:
+    from punctual.resources import Fire, Occurrence, Schedule
 
 schedules_app = typer.Typer(help="Recurring schedules (over HTTP).", no_args_is_help=True)
 
@@ -39,6 +41,8 @@ ScheduleIdArg = Annotated[str, typer.Argument(help="The schedule's id.", show_de
 
 
 def spec_text(schedule: Schedule) -> str:
+    from punctual.resources import CronSpec
+
     spec = schedule.spec
     if isinstance(spec, CronSpec):
         return f"cron {spec.cron!r} in {spec.time_zone}"

@@ -5,7 +5,7 @@ and exit codes are in ``punctual.cli.remote``.
 
 from __future__ import annotations
 
-from typing import Annotated
+from typing import TYPE_CHECKING, Annotated
 
 import typer
 
@@ -27,7 +27,9 @@ from punctual.cli.remote import (
     tenant_command,
     when,
 )
-from punctual.resources import Finding, Health, Run, Start
+
+if TYPE_CHECKING:
+    from punctual.resources import Finding, Health, Run, Start
 
 starts_app = typer.Typer(help="Scheduled starts (over HTTP).", no_args_is_help=True)
 runs_app = typer.Typer(help="Runs (over HTTP).", no_args_is_help=True)
