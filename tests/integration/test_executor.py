@@ -497,10 +497,10 @@ def test_close_reports_runs_that_finish_within_the_grace_period() -> None:
 
 
 def test_a_slot_process_imports_neither_the_web_stack_nor_the_store() -> None:
-    """The fork server imports the parent's ``__main__`` (a child would re-run it) and the
-    slot protocol, nothing else the parent has loaded: a body needs neither the store nor
-    the HTTP app nor an engine's SDK, and importing them cost every worker start ~2 s of
-    CPU."""
+    """The fork server imports the slot protocol and the CLI (a child re-runs the parent's
+    ``__main__``, for ``punctual serve`` the CLI), nothing else the parent has loaded: a
+    body needs neither the store nor the HTTP app nor an engine's SDK, and importing them
+    cost every worker start ~2 s of CPU."""
     import fastapi  # noqa: F401
     import sqlalchemy  # noqa: F401
 
@@ -509,7 +509,10 @@ def test_a_slot_process_imports_neither_the_web_stack_nor_the_store() -> None:
     from punctual.adapters.executor import child, pool
 
     heavy = ["fastapi", "sqlalchemy", "alembic", "punctual.bootstrap", "temporalio"]
-    assert pool._preload() == ["__main__", child.__name__]
+    preload = pool._preload()
+    assert preload[:2] == ["__main__", child.__name__]
+    assert "punctual.cli.main" in preload  # what a child's re-run of ``punctual``'s main imports
+    assert all(m.startswith("punctual.cli") for m in preload[2:]), preload
     recorder = Recorder()
     slots = SlotPool(APP_REF, 1, recorder.on_started, recorder.on_finished)
     slots.start()

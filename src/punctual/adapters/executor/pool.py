@@ -19,6 +19,7 @@ import multiprocessing
 import os
 import pickle
 import signal
+import sys
 import threading
 import time
 from collections.abc import Callable
@@ -811,13 +812,17 @@ class SlotPool:
 def _preload() -> list[str]:
     """Modules for the fork server to import once, for every slot child.
 
-    Each child would otherwise re-run the parent's ``__main__`` (multiprocessing does, so
-    that objects defined there unpickle); for ``punctual serve`` that is the CLI. Nothing
-    else the parent has loaded is wanted: a child needs the slot protocol, the workflow
-    API and the app it imports itself, not the store, the HTTP app or an engine's SDK
-    (importing those cost the fork server ~2 s of CPU at every start of a worker).
+    Each child re-runs the parent's ``__main__`` (multiprocessing does, so that objects
+    defined there unpickle; the fork server's own ``"__main__"`` preload never reaches it
+    on this Python, as it is not handed the main module's path). For ``punctual serve`` and
+    ``punctual worker`` that is the CLI, whose modules are therefore preloaded: the re-run
+    then finds them imported. Nothing else the parent has loaded is wanted: a child needs
+    the slot protocol, the workflow API and the app it imports itself, not the store, the
+    HTTP app or an engine's SDK (importing those cost the fork server ~2 s of CPU at every
+    start of a worker).
     """
-    return ["__main__", child_main.__module__]
+    cli = sorted(name for name in sys.modules if name.startswith("punctual.cli"))
+    return ["__main__", child_main.__module__, *cli]
 
 
 def _died(assignment: Assignment, exit_code: int | None) -> Outcome:
