@@ -821,7 +821,7 @@ def _preload() -> list[str]:
     HTTP app or an engine's SDK (importing those cost the fork server ~2 s of CPU at every
     start of a worker).
     """
-    cli = sorted(name for name in sys.modules if name.startswith("punctual.cli"))
+    cli = sorted(m for m in sys.modules if m == "punctual.cli" or m.startswith("punctual.cli."))
     return ["__main__", child_main.__module__, *cli]
 
 
