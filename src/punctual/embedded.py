@@ -27,7 +27,7 @@ from punctual.domain.permissions import Principal, Role
 from punctual.errors import PunctualError
 from punctual.settings import load_settings
 from punctual.usecases.kernel.idempotency import IdempotentRequest, Mutation, RecordedError
-from punctual.usecases.recurring import schedule_controls, schedules
+from punctual.usecases.recurring import schedule_controls, schedule_fields, schedules
 from punctual.usecases.running import runs
 from punctual.usecases.scheduled import starts
 from punctual.usecases.tenancy import health, identity
@@ -161,8 +161,29 @@ class Scheduler:
         return result
 
     def _create_schedule(
-        self, idempotency_key: str | None, command: schedules.CreateSchedule
+        self,
+        idempotency_key: str | None,
+        name: str,
+        workflow: str,
+        input: Any,
+        spec: dict[str, Any],
+        overlap: str,
+        missed: str,
+        workload_class: str,
+        options: dict[str, Any],
     ) -> dict[str, Any]:
+        command = schedule_fields.decode_create(
+            {
+                "name": name,
+                "workflow": workflow,
+                "input": input,
+                "spec": spec,
+                "overlap": overlap,
+                "missed": missed,
+                "workload_class": workload_class,
+                **options,
+            }
+        )
         mutation = schedules.create(self.system.services, self.principal, command)
         result: dict[str, Any] = self._mutate(mutation, idempotency_key, repr(command))
         return result
@@ -186,10 +207,9 @@ class Scheduler:
         spec: dict[str, Any] = {"interval_ms": int(interval.total_seconds() * 1000)}
         if starts_at is not None:
             spec["starts_at"] = starts_at
-        command = schedules.CreateSchedule(
-            name, workflow, input, spec, overlap, missed, workload_class, **options
+        return self._create_schedule(
+            idempotency_key, name, workflow, input, spec, overlap, missed, workload_class, options
         )
-        return self._create_schedule(idempotency_key, command)
 
     def schedule_cron(
         self,
@@ -210,10 +230,9 @@ class Scheduler:
         """A recurring schedule on a five-field cron expression in ``time_zone`` (RS-1, RS-2)."""
         spec: dict[str, Any] = {"cron": cron, "time_zone": time_zone}
         spec.update({k: v for k, v in (("dst_gap", dst_gap), ("dst_overlap", dst_overlap)) if v})
-        command = schedules.CreateSchedule(
-            name, workflow, input, spec, overlap, missed, workload_class, **options
+        return self._create_schedule(
+            idempotency_key, name, workflow, input, spec, overlap, missed, workload_class, options
         )
-        return self._create_schedule(idempotency_key, command)
 
     def get_schedule(self, schedule_id: str) -> dict[str, Any]:
         return schedules.get(self.system.services, self.principal, schedule_id)
@@ -278,14 +297,14 @@ class Scheduler:
 
     def plan_schedule_by_name(self, name: str, **fields: Any) -> dict[str, Any]:
         """What ``put_schedule_by_name`` would do, storing nothing (RS-9e's dry run)."""
-        cmd = schedule_controls.UpsertByName(name, fields)
+        cmd = schedule_fields.decode_upsert(name, fields)
         return schedule_controls.plan_by_name(self.system.services, self.principal, cmd)
 
     def put_schedule_by_name(
         self, name: str, version: int | None = None, **fields: Any
     ) -> dict[str, Any]:
         """Create the schedule, or update it to ``fields`` (RS-9e)."""
-        cmd = schedule_controls.UpsertByName(name, fields, version)
+        cmd = schedule_fields.decode_upsert(name, fields, version)
         mutation = schedule_controls.upsert_by_name(self.system.services, self.principal, cmd)
         result: dict[str, Any] = self._mutate(mutation, None, "")
         return result

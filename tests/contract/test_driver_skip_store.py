@@ -11,7 +11,7 @@ from datetime import UTC, datetime, timedelta
 from punctual.adapters.stores.sql.store import SqlStore
 from punctual.domain.ids import new_id
 from punctual.domain.recurrence import IntervalSpec
-from punctual.domain.schedules import MissedPolicy, OverlapPolicy, SchedulePolicy, VersionPolicy
+from punctual.domain.schedules import MissedPolicy, OverlapPolicy, SchedulePolicy, ScheduleSettings
 from punctual.ports.driver import SkipMark, SyncRecord, SyncState
 from punctual.ports.records import EncryptedInput, NewOccurrence, NewSchedule
 
@@ -31,16 +31,15 @@ def insert_schedule(store: SqlStore) -> str:
             NewSchedule(
                 id=schedule_id,
                 tenant=TENANT,
-                name=f"every-second-{schedule_id}",
-                workflow="report",
+                settings=ScheduleSettings(
+                    name=f"every-second-{schedule_id}",
+                    workflow="report",
+                    spec=IntervalSpec(interval_ms=1000, starts_at=T0),
+                    policy=SchedulePolicy(OverlapPolicy.SKIP, MissedPolicy.SKIP),
+                    workload_class="default",
+                ),
                 input=INPUT,
-                spec=IntervalSpec(interval_ms=1000, starts_at=T0),
-                policy=SchedulePolicy(OverlapPolicy.SKIP, MissedPolicy.SKIP),
-                enabled=True,
-                version_policy=VersionPolicy.ACTIVE_AT_FIRE,
                 pinned_version=None,
-                workload_class="default",
-                regression=None,
                 created_by="alice",
                 cursor=T0,
                 next_fire_at=T0,

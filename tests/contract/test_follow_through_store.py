@@ -19,7 +19,7 @@ from punctual.domain.ids import new_id
 from punctual.domain.permissions import Role
 from punctual.domain.recurrence import IntervalSpec
 from punctual.domain.runs import RunState
-from punctual.domain.schedules import MissedPolicy, OverlapPolicy, SchedulePolicy, VersionPolicy
+from punctual.domain.schedules import MissedPolicy, OverlapPolicy, SchedulePolicy, ScheduleSettings
 from punctual.ports.records import (
     DeliveryOutcome,
     EncryptedInput,
@@ -55,16 +55,15 @@ def insert_schedule(store: SqlStore, tenant: str = TENANT) -> str:
             NewSchedule(
                 id=schedule_id,
                 tenant=tenant,
-                name=f"nightly-{schedule_id}",
-                workflow="report",
+                settings=ScheduleSettings(
+                    name=f"nightly-{schedule_id}",
+                    workflow="report",
+                    spec=IntervalSpec(interval_ms=3_600_000, starts_at=T0),
+                    policy=SchedulePolicy(OverlapPolicy.ALLOW_ALL, MissedPolicy.SKIP),
+                    workload_class=QUEUE,
+                ),
                 input=INPUT,
-                spec=IntervalSpec(interval_ms=3_600_000, starts_at=T0),
-                policy=SchedulePolicy(OverlapPolicy.ALLOW_ALL, MissedPolicy.SKIP),
-                enabled=True,
-                version_policy=VersionPolicy.ACTIVE_AT_FIRE,
                 pinned_version=None,
-                workload_class=QUEUE,
-                regression=None,
                 created_by="alice",
                 cursor=T0,
                 next_fire_at=T0,

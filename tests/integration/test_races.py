@@ -33,7 +33,7 @@ from punctual.domain.runs import DefinitionState
 from punctual.errors import Conflict, QuotaExceeded, RaceLost
 from punctual.ports.records import DueSchedule, NewSchedule, WorkerRecord
 from punctual.usecases.kernel.idempotency import IdempotentRequest, Outcome
-from punctual.usecases.recurring import schedules
+from punctual.usecases.recurring import schedule_fields, schedules
 from punctual.usecases.recurring.generation import generate
 from punctual.usecases.running.definitions import DeclaredDefinition, register_worker, set_lifecycle
 from tests.conftest import FakeClock, make_settings
@@ -144,15 +144,7 @@ def test_concurrent_activations_of_one_workflow_leave_one_active_version(
 
 
 def _create(system: bootstrap.Punctual, tenant: str, name: str) -> Callable[[], Any]:
-    command = schedules.CreateSchedule(
-        name=name,
-        workflow="echo",
-        input={"message": "tick"},
-        spec={"interval_ms": 60_000},
-        overlap="skip",
-        missed="catch_up",
-        workload_class="standard",
-    )
+    command = schedule_fields.decode_create(_body(name))
     principal = Principal(tenant, "alice", Role.MEMBER)
     mutation = schedules.create(system.services, principal, command)
     return lambda: system.mutations.run(None, mutation)
@@ -414,7 +406,7 @@ def test_generation_plans_from_an_edit_that_committed_while_it_claimed(
         edit = schedules.update(
             system.services,
             alice,
-            schedules.UpdateSchedule(
+            schedule_fields.decode_update(
                 sid,
                 1,
                 {"spec": {"interval_ms": 600_000, "starts_at": new_first.isoformat()}},
@@ -474,7 +466,7 @@ def test_a_plan_from_an_older_read_of_a_schedule_writes_nothing(
         edited = schedules.update(
             system.services,
             Principal("acme", "alice", Role.MEMBER),
-            schedules.UpdateSchedule(sid, 1, {"overlap": "allow_all"}),
+            schedule_fields.decode_update(sid, 1, {"overlap": "allow_all"}),
         )
         system.mutations.run(None, edited)
         clock.advance(61)
@@ -519,16 +511,9 @@ def test_the_store_answers_name_taken_when_the_unique_index_refuses_a_name(
     clash = NewSchedule(
         id=new_id("sch"),
         tenant="acme",
-        name="taken",
-        workflow=template.workflow,
+        settings=dataclasses.replace(template.settings, name="taken"),
         input=sealed,
-        spec=template.spec,
-        policy=template.policy,
-        enabled=True,
-        version_policy=template.version_policy,
         pinned_version=None,
-        workload_class=template.workload_class,
-        regression=None,
         created_by="alice",
         cursor=template.cursor,
         next_fire_at=template.next_fire_at,
@@ -542,4 +527,5 @@ def test_the_store_answers_name_taken_when_the_unique_index_refuses_a_name(
     assert renamed.value.code == "name_taken"
     # The same id again breaks another unique constraint: that stays an integrity error.
     with pytest.raises(sa.exc.IntegrityError), system.store.transaction() as tx:
-        tx.schedules.insert(dataclasses.replace(clash, id=first["id"], name="other"), now)
+        other = dataclasses.replace(clash.settings, name="other")
+        tx.schedules.insert(dataclasses.replace(clash, id=first["id"], settings=other), now)

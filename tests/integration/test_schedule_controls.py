@@ -31,7 +31,7 @@ from punctual.embedded import Scheduler
 from punctual.errors import Conflict, Forbidden, InvalidRequest, PunctualError, QuotaExceeded
 from punctual.ports.records import WorkerRecord
 from punctual.usecases.kernel.idempotency import IdempotentRequest, Mutation, Outcome, RecordedError
-from punctual.usecases.recurring import schedule_controls, schedules
+from punctual.usecases.recurring import schedule_controls, schedule_fields, schedules
 from punctual.usecases.recurring.generation import generate
 from punctual.usecases.running import execution
 from punctual.usecases.running.definitions import register_worker, set_lifecycle
@@ -112,7 +112,7 @@ class Rig:
     def put(self, path_name: str, /, who: Scheduler | None = None, **fields: Any) -> Outcome:
         version = fields.pop("version", None)
         principal = (who or self.alice).principal
-        command = schedule_controls.UpsertByName(path_name, fields, version)
+        command = schedule_fields.decode_upsert(path_name, fields, version)
         outcome: Outcome = self.run(
             schedule_controls.upsert_by_name(self.services, principal, command), who
         )
@@ -122,12 +122,12 @@ class Rig:
         self, path_name: str, /, who: Scheduler | None = None, **fields: Any
     ) -> dict[str, Any]:
         principal = (who or self.alice).principal
-        command = schedule_controls.UpsertByName(path_name, fields)
+        command = schedule_fields.decode_upsert(path_name, fields)
         return schedule_controls.plan_by_name(self.services, principal, command)
 
     def edit(self, sid: str, version: int, who: Scheduler | None = None, **changes: Any) -> Any:
         principal = (who or self.alice).principal
-        command = schedules.UpdateSchedule(sid, version, changes)
+        command = schedule_fields.decode_update(sid, version, changes)
         return self.run(schedules.update(self.services, principal, command), who).body
 
     def every(self, name: str, **options: Any) -> dict[str, Any]:

@@ -25,9 +25,11 @@ from punctual.domain.permissions import Role
 from punctual.domain.runs import DefinitionState, RunState
 from punctual.domain.timeutil import to_rfc3339
 from punctual.embedded import Scheduler
+from punctual.errors import InvalidRequest
 from punctual.ports.records import CursorMove, WorkerRecord
 from punctual.usecases.recurring import schedules
 from punctual.usecases.recurring.generation import GenerationReport, generate
+from punctual.usecases.recurring.schedule_fields import decode_update
 from punctual.usecases.running import execution
 from punctual.usecases.running.definitions import DeclaredDefinition, register_worker, set_lifecycle
 from punctual.usecases.running.followthrough import follow_through
@@ -206,7 +208,7 @@ class Rig:
 
     def edit(self, schedule_id: str, version: int, who: Scheduler, **changes: Any) -> Any:
         mutation = schedules.update(
-            self.services, who.principal, schedules.UpdateSchedule(schedule_id, version, changes)
+            self.services, who.principal, decode_update(schedule_id, version, changes)
         )
         return self.system.mutations.run(None, mutation).body
 
@@ -975,3 +977,18 @@ def test_health_counts_skipped_missed_and_failed_per_schedule(rig: Rig) -> None:
     assert entries[broken]["skipped_count"] == 0
     assert (entries[quiet]["skipped_count"], entries[quiet]["failed_count"]) == (0, 0)
     assert report["status"] == "degraded", "a failed occurrence is a finding"
+
+
+def test_the_embedded_api_meets_the_limits_of_http(rig: Rig) -> None:
+    """Every way in decodes through one table of fields (decision 0012): the embedded API
+    refuses what HTTP refuses, with the same codes, and creates nothing."""
+    with pytest.raises(InvalidRequest) as grace:
+        rig.every("too-graceful", misfire_grace_ms=10 * 366 * 86_400_000 + 1)
+    assert grace.value.code == "validation_error"
+    with pytest.raises(InvalidRequest) as unknown:
+        rig.every("misspelt", max_catchup=3)
+    assert [e["loc"][-1] for e in unknown.value.details["errors"]] == ["max_catchup"]
+    with pytest.raises(InvalidRequest) as required:
+        rig.every("no-policy", overlap=None)
+    assert required.value.code == "policy_required"
+    assert rig.admin.list_schedules()["items"] == []

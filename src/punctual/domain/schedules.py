@@ -13,7 +13,7 @@ from __future__ import annotations
 import hashlib
 import itertools
 from collections.abc import Collection, Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, fields
 from datetime import UTC, datetime, timedelta
 from enum import StrEnum
 from typing import Any
@@ -528,8 +528,32 @@ def auto_disabled_status(reason: str) -> str:
 
 
 @dataclass(frozen=True)
+class ScheduleSettings:
+    """What a schedule's author chooses: *when* (spec, end, count), *what* (name, workflow,
+    workload class) and *how* (policy, version policy, regression, enabled). A create sets
+    all of it, an edit some; its input travels apart, encrypted."""
+
+    name: str
+    workflow: str
+    spec: RecurrenceSpec
+    policy: SchedulePolicy
+    enabled: bool = True
+    version_policy: VersionPolicy = VersionPolicy.ACTIVE_AT_FIRE
+    workload_class: str = "standard"
+    regression: dict[str, Any] | None = None
+    end_at: datetime | None = None
+    max_occurrences: int | None = None
+    source: str | None = None
+
+
+SETTINGS = tuple(field.name for field in fields(ScheduleSettings))
+"""The attributes of a ``Schedule`` that are its settings (the rest is identity and state)."""
+
+
+@dataclass(frozen=True)
 class Schedule:
-    """A schedule as the store holds it; its input stays encrypted and is not part of it."""
+    """A schedule as the store holds it: its settings, flattened, with its identity and
+    state; its input stays encrypted and is not part of it."""
 
     id: str
     tenant: str
@@ -565,6 +589,10 @@ class Schedule:
     @property
     def remaining_occurrences(self) -> int | None:
         return remaining_occurrences(self.max_occurrences, self.fires_counted)
+
+    @property
+    def settings(self) -> ScheduleSettings:
+        return ScheduleSettings(**{name: getattr(self, name) for name in SETTINGS})
 
     @property
     def state(self) -> ScheduleState:

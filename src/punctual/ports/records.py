@@ -7,9 +7,8 @@ from datetime import datetime
 from enum import StrEnum
 from typing import Any
 
-from punctual.domain.recurrence import RecurrenceSpec
 from punctual.domain.runs import RunState
-from punctual.domain.schedules import Schedule, SchedulePolicy, VersionPolicy
+from punctual.domain.schedules import Schedule, ScheduleSettings
 from punctual.domain.starts import ScheduledStart
 
 
@@ -322,24 +321,16 @@ class RunFilter:
 
 @dataclass(frozen=True)
 class NewSchedule:
+    """A schedule to insert: its settings, decided, and what its creation fixes."""
+
     id: str
     tenant: str
-    name: str
-    workflow: str
+    settings: ScheduleSettings
     input: EncryptedInput
-    spec: RecurrenceSpec
-    policy: SchedulePolicy
-    enabled: bool
-    version_policy: VersionPolicy
     pinned_version: str | None
-    workload_class: str
-    regression: dict[str, Any] | None
     created_by: str
     cursor: datetime
     next_fire_at: datetime | None
-    end_at: datetime | None = None
-    max_occurrences: int | None = None
-    source: str | None = None
 
 
 @dataclass(frozen=True)

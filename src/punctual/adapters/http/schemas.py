@@ -25,12 +25,15 @@ from punctual.usecases.outbound.webhooks import (
     CreateWebhook,
     UpdateWebhook,
 )
-from punctual.usecases.recurring.schedule_controls import (
-    BackfillSchedule,
-    TriggerSchedule,
+from punctual.usecases.recurring.schedule_controls import BackfillSchedule, TriggerSchedule
+from punctual.usecases.recurring.schedule_fields import (
+    MAX_SPAN_MS,
+    MAX_SPAN_SECONDS,
+    CreateSchedule,
     UpsertByName,
+    decode_create,
+    decode_upsert,
 )
-from punctual.usecases.recurring.schedules import CreateSchedule
 from punctual.usecases.recurring.transfer import TransferSchedule
 from punctual.usecases.scheduled.starts import CancelStart, CreateStart, RescheduleStart
 from punctual.usecases.tenancy.holds import MAX_REASON_LENGTH, PlaceHold
@@ -40,8 +43,6 @@ Label = Annotated[str, StringConstraints(max_length=500)]
 
 # Bounds that keep numbers inside what the store's columns and Python's ``datetime`` and
 # ``timedelta`` hold, so an absurd value is a 422 and never an overflow (a 500, SPEC FT-7).
-MAX_SPAN_MS = 10 * 366 * 86_400_000  # ten years: an interval, a grace, a catch-up window
-MAX_SPAN_SECONDS = MAX_SPAN_MS // 1000
 # A resource's version, as the contract has it: a JSON integer, 1 to a 64-bit column's maximum.
 Version = Annotated[int, Field(strict=True, ge=1, le=BIGINT_MAX)]
 Milliseconds = Annotated[int, Field(le=MAX_SPAN_MS)]
@@ -318,25 +319,7 @@ class CreateScheduleBody(_Body):
     """The file of schedules it is applied from (``punctual schedules apply``)."""
 
     def command(self) -> CreateSchedule:
-        return CreateSchedule(
-            name=self.name,
-            workflow=self.workflow,
-            input=self.input,
-            spec=self.spec,
-            overlap=self.overlap,
-            missed=self.missed,
-            workload_class=self.workload_class,
-            max_catch_up=self.max_catch_up,
-            catch_up_window=self.catch_up_window,
-            misfire_grace_ms=self.misfire_grace_ms,
-            enabled=self.enabled,
-            version_policy=self.version_policy,
-            regression=self.regression,
-            end_at=self.end_at,
-            max_occurrences=self.max_occurrences,
-            jitter_ms=self.jitter_ms,
-            source=self.source,
-        )
+        return decode_create(self.model_dump(exclude_unset=True))
 
 
 class PutScheduleBody(CreateScheduleBody):
@@ -366,7 +349,7 @@ class PutScheduleBody(CreateScheduleBody):
 
     def command(self, name: str) -> UpsertByName:  # type: ignore[override]
         sent = {field: getattr(self, field) for field in self.model_fields_set - {"version"}}
-        return UpsertByName(name, sent, self.version)
+        return decode_upsert(name, sent, self.version)
 
 
 class TriggerBody(_Body):

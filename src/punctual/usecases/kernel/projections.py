@@ -6,16 +6,17 @@ artifact and run id of a start only after dispatch.
 
 from __future__ import annotations
 
-from datetime import datetime, timedelta
+from datetime import datetime
 from typing import Any
 
 from punctual.domain.recurrence import Fire, iter_fires
 from punctual.domain.runs import Definition, Run
-from punctual.domain.schedules import OccurrenceOrigin, Schedule, ScheduleState, spec_to_json
+from punctual.domain.schedules import OccurrenceOrigin, Schedule, ScheduleState
 from punctual.domain.starts import LastError, ScheduledStart
 from punctual.domain.timeutil import to_rfc3339
 from punctual.ports.driver import SyncRecord, SyncState
 from punctual.ports.records import Finding, FollowThroughRecord, TokenRecord
+from punctual.usecases.recurring.schedule_fields import view_of
 
 
 def ts(value: datetime | None) -> str | None:
@@ -168,36 +169,20 @@ def schedule_view(
 
 
 def _schedule_fields(schedule: Schedule, now: datetime) -> dict[str, Any]:
-    window = schedule.policy.catch_up_window
     state = schedule.state
     return {
         "id": schedule.id,
-        "name": schedule.name,
-        "workflow": schedule.workflow,
-        "spec": spec_to_json(schedule.spec),
-        "overlap": schedule.policy.overlap.value,
-        "missed": schedule.policy.missed.value,
-        "max_catch_up": schedule.policy.max_catch_up,
-        "catch_up_window": window.total_seconds() if window is not None else None,
-        "misfire_grace_ms": int(schedule.policy.misfire_grace.total_seconds() * 1000),
-        "enabled": schedule.enabled,
+        **view_of(schedule.settings),
         "version": schedule.version,
         "revision": schedule.revision,
-        "version_policy": schedule.version_policy.value,
         "pinned_version": schedule.pinned_version,
-        "workload_class": schedule.workload_class,
-        "regression": schedule.regression,
         "created_by": schedule.created_by,
         "last_fired_at": ts(schedule.last_fired_at),
         "last_run_id": schedule.last_run_id,
         "last_status": schedule.last_status,
         "next_fire_times": _upcoming(schedule, now, state),
         "state": state.value,
-        "end_at": ts(schedule.end_at),
-        "max_occurrences": schedule.max_occurrences,
         "remaining_occurrences": schedule.remaining_occurrences,
-        "jitter_ms": int(schedule.policy.jitter / timedelta(milliseconds=1)),
-        "source": schedule.source,
         "created_at": ts(schedule.created_at),
         "updated_at": ts(schedule.updated_at),
     }

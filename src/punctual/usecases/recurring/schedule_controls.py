@@ -21,14 +21,13 @@ request, role, checks that need stored input, state, version.
 from __future__ import annotations
 
 import json
-from collections.abc import Mapping
 from dataclasses import dataclass
 from datetime import datetime, timedelta
 from enum import StrEnum
 from typing import Any
 
 from punctual.domain.permissions import Action, Principal, require
-from punctual.domain.recurrence import IntervalSpec
+from punctual.domain.recurrence import IntervalSpec, RecurrenceSpec
 from punctual.domain.schedules import (
     BackfillItem,
     BackfillRange,
@@ -53,13 +52,15 @@ from punctual.usecases.kernel.context import Services
 from punctual.usecases.kernel.idempotency import Mutation, Outcome
 from punctual.usecases.kernel.projections import occurrence_view, schedule_view
 from punctual.usecases.recurring.occurrence_rows import new_occurrence
-from punctual.usecases.recurring.schedule_fields import parse_regression, parse_spec
-from punctual.usecases.recurring.schedules import (
-    CreateSchedule,
-    UpdatePlan,
+from punctual.usecases.recurring.schedule_fields import (
+    FIELDS,
+    INPUT,
     UpdateSchedule,
+    UpsertByName,
+)
+from punctual.usecases.recurring.schedules import (
+    UpdatePlan,
     apply_update,
-    check_create_request,
     decide_create,
     decide_update,
 )
@@ -267,16 +268,6 @@ class UpsertAction(StrEnum):
 
 
 @dataclass(frozen=True)
-class UpsertByName:
-    """The create body as sent (``fields``: an omitted field is absent), for ``name``."""
-
-    name: str
-    fields: Mapping[str, Any]
-    version: int | None = None
-    """When given, the schedule must still be at it (``409 version_conflict``)."""
-
-
-@dataclass(frozen=True)
 class UpsertPlan:
     action: UpsertAction
     changed_fields: list[str]
@@ -289,129 +280,42 @@ class UpsertPlan:
         return {"action": self.action.value, "changed_fields": list(self.changed_fields)}
 
 
-_CREATE_DEFAULTS: dict[str, Any] = {
-    "max_catch_up": 10,
-    "catch_up_window": None,
-    "misfire_grace_ms": 60_000,
-    "version_policy": "active_at_fire",
-    "workload_class": "standard",
-    "regression": None,
-    "end_at": None,
-    "max_occurrences": None,
-    "jitter_ms": 0,
-}
-_KEPT_WHEN_OMITTED = ("enabled", "source")
-"""Fields an upsert leaves as they are when the body omits them."""
-_REQUIRED = ("workflow", "input", "spec")
-
-
-def _create_command(name: str, fields: Mapping[str, Any]) -> CreateSchedule:
-    missing = [field for field in _REQUIRED if field not in fields]
-    if missing:
-        raise InvalidRequest(
-            f"a schedule needs {', '.join(missing)}",
-            errors=[{"loc": ["body", f], "msg": "required", "type": "missing"} for f in missing],
-        )
-    known = {k: v for k, v in fields.items() if k in CreateSchedule.__dataclass_fields__}
-    values = {"overlap": None, "missed": None, **_CREATE_DEFAULTS, **known, "name": name}
-    return CreateSchedule(**values)
-
-
 def _canonical(value: Any) -> str:
     return json.dumps(value, sort_keys=True, separators=(",", ":"))
 
 
-def _same_spec(schedule: Schedule, desired: Mapping[str, Any], now: datetime) -> bool:
+def _same_spec(stored: RecurrenceSpec, desired: RecurrenceSpec) -> bool:
     """An interval without ``starts_at`` keeps the stored one: its default (one interval
     after now) would otherwise differ on every apply."""
-    stored = schedule.spec
     if (
-        isinstance(desired, Mapping)
-        and "interval_ms" in desired
-        and desired.get("starts_at") is None
+        isinstance(desired, IntervalSpec)
+        and desired.starts_at is None
         and isinstance(stored, IntervalSpec)
     ):
-        return desired["interval_ms"] == stored.interval_ms and set(desired) <= {
-            "interval_ms",
-            "starts_at",
-        }
-    return spec_to_json(parse_spec(dict(desired), now)) == spec_to_json(stored)
-
-
-def _stored_values(schedule: Schedule) -> dict[str, Any]:
-    window = schedule.policy.catch_up_window
-    return {
-        "workflow": schedule.workflow,
-        "overlap": schedule.policy.overlap.value,
-        "missed": schedule.policy.missed.value,
-        "max_catch_up": schedule.policy.max_catch_up,
-        "catch_up_window": window.total_seconds() if window is not None else None,
-        "misfire_grace_ms": int(schedule.policy.misfire_grace / timedelta(milliseconds=1)),
-        "version_policy": schedule.version_policy.value,
-        "workload_class": schedule.workload_class,
-        "regression": schedule.regression,
-        "end_at": schedule.end_at,
-        "max_occurrences": schedule.max_occurrences,
-        "jitter_ms": int(schedule.policy.jitter / timedelta(milliseconds=1)),
-        "enabled": schedule.enabled,
-        "source": schedule.source,
-    }
-
-
-def _desired_value(field: str, value: Any) -> Any:
-    """A sent value in the form the stored one is compared in."""
-    if field == "end_at" and value is not None:
-        try:
-            return parse_rfc3339(value) if isinstance(value, str) else require_aware(value)
-        except (TypeError, ValueError, AttributeError, OverflowError):
-            return value  # the update refuses it with the contract's error
-    if field == "regression":
-        return parse_regression(value)
-    return value
+        return desired.interval_ms == stored.interval_ms
+    return spec_to_json(desired) == spec_to_json(stored)
 
 
 def _changed_fields(
-    services: Services,
-    tx: Tx,
-    schedule: Schedule,
-    create: CreateSchedule,
-    sent: Mapping[str, Any],
-    now: datetime,
+    services: Services, tx: Tx, schedule: Schedule, cmd: UpsertByName
 ) -> dict[str, Any]:
-    """The fields whose desired value differs from the stored one, with the desired value.
-    Reads the stored input: call only after the role check (FT-4)."""
-    desired = {
-        "workflow": create.workflow,
-        "overlap": create.overlap,
-        "missed": create.missed,
-        **{field: getattr(create, field) for field in _CREATE_DEFAULTS},
-        **{field: sent[field] for field in _KEPT_WHEN_OMITTED if field in sent},
-    }
-    stored = _stored_values(schedule)
+    """The fields whose desired value differs from the stored one, with the desired value
+    (a ``kept`` field the body omits is not compared). Reads the stored input: call only
+    after the role check (FT-4)."""
+    stored, desired = schedule.settings, cmd.create.settings
     changes = {
-        field: value
-        for field, value in desired.items()
-        if _desired_value(field, value) != stored[field]
+        f.name: f.read(desired)
+        for f in FIELDS
+        if f.name != "spec"
+        and (f.name in cmd.sent or not f.kept)
+        and f.read(desired) != f.read(stored)
     }
-    if not _same_spec(schedule, create.spec, now):
-        changes["spec"] = create.spec
+    if not _same_spec(stored.spec, desired.spec):
+        changes["spec"] = desired.spec
     stored_input = services.codec.decrypt(tx.schedules.input_of(schedule.id), schedule.tenant)
-    if _canonical(create.input) != _canonical(stored_input):
-        changes["input"] = create.input
+    if _canonical(cmd.create.input) != _canonical(stored_input):
+        changes[INPUT] = cmd.create.input
     return changes
-
-
-def _check_request(cmd: UpsertByName, now: datetime) -> CreateSchedule:
-    """Validation that reads only the request: what a create of it would refuse."""
-    sent_name = cmd.fields.get("name")
-    if sent_name is not None and sent_name != cmd.name:
-        raise InvalidRequest(
-            "the body's name differs from the name in the path; omit it or send the same",
-            errors=[{"loc": ["body", "name"], "msg": "differs from the path", "type": "value"}],
-        )
-    create = _create_command(cmd.name, cmd.fields)
-    check_create_request(create, now)
-    return create
 
 
 def plan_upsert(
@@ -423,14 +327,13 @@ def plan_upsert(
     ``PUT``s of one new name converge (one creates, the other updates or changes nothing)
     instead of one losing to the unique index."""
     tx.schedules.lock_for_create(principal.tenant)
-    schedule = tx.schedules.by_name(principal.tenant, cmd.name, lock=True)
-    create = _check_request(cmd, now)
+    schedule = tx.schedules.by_name(principal.tenant, cmd.create.settings.name, lock=True)
     if schedule is None:
         return UpsertPlan(
-            UpsertAction.CREATE, [], create=decide_create(services, principal, create, tx, now)
+            UpsertAction.CREATE, [], create=decide_create(services, principal, cmd.create, tx, now)
         )
     require(principal, Action.EDIT_SCHEDULE, owner=schedule.created_by)
-    changes = _changed_fields(services, tx, schedule, create, cmd.fields, now)
+    changes = _changed_fields(services, tx, schedule, cmd)
     if not changes:
         if cmd.version is not None and cmd.version != schedule.version:
             raise version_conflict("schedule", schedule.id, schedule.version)
@@ -453,7 +356,9 @@ def upsert_by_name(services: Services, principal: Principal, cmd: UpsertByName) 
 
     def mutation(tx: Tx, now: datetime) -> Outcome:
         changed = {"changed": True}
-        resumed = schedule_driver.resumable(services, tx, principal.tenant, cmd.name)
+        resumed = schedule_driver.resumable(
+            services, tx, principal.tenant, cmd.create.settings.name
+        )
         if resumed is not None:
             return schedule_driver.created(services, tx, resumed, now, extra=changed)
         plan = plan_upsert(services, principal, cmd, tx, now)

@@ -1,14 +1,25 @@
-"""A schedule's fields from JSON-shaped input into domain values (RS-*, API.md "Schedules").
+"""A schedule's fields: JSON-shaped input into typed commands, and back (RS-*, API.md
+"Schedules").
 
-One decoder for every way in (HTTP, the operator page, the CLI's files, the embedded
-API): each field's limits and the contract's error code for breaking them live here, so no
-caller can skip them. Checks that need the store (the workflow's input schema, the name
-being free) stay with the use cases.
+One table, ``FIELDS``, declares every field an author sets: its name in the API, its
+default on a create, its decoder (the field's limits and the contract's error code for
+breaking them) and where ``ScheduleSettings`` keeps it. Every way in (HTTP, the CLI's
+files over HTTP, the embedded API) decodes through it into ``CreateSchedule``,
+``UpdateSchedule`` or ``UpsertByName``, and every way out (the schedule's view, an
+upsert's comparison) reads through it: a new field is one entry here and one attribute of
+the domain's ``ScheduleSettings``.
+
+Checks that need the store (the workflow's input schema, the name being free) or the
+mutation's clock (``check_end_at``, ``check_jitter``, ``settle_spec``) stay with the use
+cases, which call the helpers below.
 """
 
 from __future__ import annotations
 
+from collections.abc import Callable, Mapping
+from dataclasses import dataclass, field, replace
 from datetime import datetime, timedelta
+from enum import StrEnum
 from typing import Any
 
 from punctual.domain.recurrence import IntervalSpec, RecurrenceError, RecurrenceSpec
@@ -17,17 +28,53 @@ from punctual.domain.schedules import (
     MissedPolicy,
     OverlapPolicy,
     SchedulePolicy,
+    ScheduleSettings,
     VersionPolicy,
     max_jitter_ms,
     spec_from_json,
+    spec_to_json,
 )
 from punctual.domain.timeutil import parse_rfc3339, require_aware, to_rfc3339
 from punctual.errors import InvalidRequest
+from punctual.usecases.kernel.paging import BIGINT_MAX
+
+MAX_SPAN_MS = 10 * 366 * 86_400_000
+"""Ten years: the longest interval, grace or catch-up window (a longer one would overflow
+a ``timedelta`` or a column, SPEC FT-7)."""
+MAX_SPAN_SECONDS = MAX_SPAN_MS // 1000
+NAME_MAX = 200
+WORKLOAD_CLASS_MAX = 64
+INPUT = "input"
+"""The one field outside the table: it is stored encrypted and judged by the workflow's
+input schema, so the use cases handle it."""
 
 
-def parse_spec(data: dict[str, Any], now: datetime) -> RecurrenceSpec:
-    """A spec from the API; an interval without ``starts_at`` starts one interval from now."""
-    if not isinstance(data, dict) or ("cron" in data) == ("interval_ms" in data):
+def _problem(name: str, message: str, kind: str = "value_error") -> InvalidRequest:
+    return InvalidRequest(
+        f"{name} {message}", errors=[{"loc": ["body", name], "msg": message, "type": kind}]
+    )
+
+
+def _text(name: str, value: Any, maximum: int) -> str:
+    if not isinstance(value, str) or not 1 <= len(value) <= maximum:
+        raise _problem(name, f"must be 1 to {maximum} characters", "value")
+    return value
+
+
+def _optional_text(name: str, value: Any, maximum: int) -> str | None:
+    return None if value is None else _text(name, value, maximum)
+
+
+def _whole(name: str, value: Any, minimum: int, maximum: int) -> int:
+    if isinstance(value, bool) or not isinstance(value, int) or not minimum <= value <= maximum:
+        raise _problem(name, f"must be a whole number from {minimum} to {maximum}")
+    return value
+
+
+def decode_spec(data: Any) -> RecurrenceSpec:
+    """A spec from the API; an interval without ``starts_at`` keeps it unset until
+    ``settle_spec`` fixes it at the mutation's time."""
+    if not isinstance(data, Mapping) or ("cron" in data) == ("interval_ms" in data):
         raise InvalidRequest(
             "spec must have either 'cron' (with an optional 'time_zone') or 'interval_ms'",
             errors=[{"loc": ["body", "spec"], "msg": "cron or interval_ms", "type": "spec"}],
@@ -47,7 +94,7 @@ def parse_spec(data: dict[str, Any], now: datetime) -> RecurrenceSpec:
             ],
         )
     try:
-        spec = spec_from_json(data)
+        return spec_from_json(dict(data))
     except RecurrenceError as exc:
         raise InvalidRequest(exc.message, code=exc.code, **exc.details) from exc
     except (ValueError, TypeError) as exc:
@@ -55,57 +102,55 @@ def parse_spec(data: dict[str, Any], now: datetime) -> RecurrenceSpec:
             f"invalid spec: {exc}",
             errors=[{"loc": ["body", "spec"], "msg": str(exc), "type": "value_error"}],
         ) from exc
+
+
+def settle_spec(spec: RecurrenceSpec, now: datetime) -> RecurrenceSpec:
+    """An interval without ``starts_at`` starts one interval after ``now`` (RS-1)."""
     if isinstance(spec, IntervalSpec) and spec.starts_at is None:
-        spec = IntervalSpec(spec.interval_ms, now + timedelta(milliseconds=spec.interval_ms))
+        return IntervalSpec(spec.interval_ms, now + timedelta(milliseconds=spec.interval_ms))
     return spec
 
 
-def _choice(name: str, value: Any, enum: type[Any]) -> Any:
-    if value is None:
-        raise InvalidRequest(
-            f"{name} is required: choose what happens "
-            + ("when a run is still going" if name == "overlap" else "after downtime")
-            + f" ({', '.join(e.value for e in enum)})",
-            code="policy_required",
-            field=name,
-        )
+def whole_second(now: datetime) -> datetime:
+    """What a spec's defaults count from (an interval's first fire is this plus the
+    interval): whole seconds, as Temporal Schedules place interval fires, so a schedule
+    fires at the same instants whichever driver fires it."""
+    return now.replace(microsecond=0)
+
+
+def _choice(name: str, enum: type[StrEnum]) -> Callable[[Any], Any]:
+    choices = ", ".join(e.value for e in enum)
+
+    def decode(value: Any) -> Any:
+        if value is None:
+            situation = "when a run is still going" if name == "overlap" else "after downtime"
+            raise InvalidRequest(
+                f"{name} is required: choose what happens {situation} ({choices})",
+                code="policy_required",
+                field=name,
+            )
+        try:
+            return enum(value)
+        except ValueError:
+            raise InvalidRequest(
+                f"{name} must be one of {choices}",
+                errors=[{"loc": ["body", name], "msg": "not an allowed value", "type": "enum"}],
+            ) from None
+
+    return decode
+
+
+def _version_policy(value: Any) -> VersionPolicy:
     try:
-        return enum(value)
+        return VersionPolicy(value)
     except ValueError:
         raise InvalidRequest(
-            f"{name} must be one of {', '.join(e.value for e in enum)}",
-            errors=[{"loc": ["body", name], "msg": "not an allowed value", "type": "enum"}],
+            "version_policy must be active_at_fire or pinned",
+            errors=[{"loc": ["body", "version_policy"], "msg": "enum", "type": "enum"}],
         ) from None
 
 
-def parse_policy(values: dict[str, Any]) -> SchedulePolicy:
-    overlap = _choice("overlap", values.get("overlap"), OverlapPolicy)
-    missed = _choice("missed", values.get("missed"), MissedPolicy)
-    max_catch_up = values.get("max_catch_up", 10)
-    window = values.get("catch_up_window")
-    grace = values.get("misfire_grace_ms", 60_000)
-    problems = []
-    if not isinstance(max_catch_up, int) or not 1 <= max_catch_up <= MAX_CATCH_UP_LIMIT:
-        problems.append(("max_catch_up", f"must be a whole number from 1 to {MAX_CATCH_UP_LIMIT}"))
-    if window is not None and (not isinstance(window, int | float) or window <= 0):
-        problems.append(("catch_up_window", "must be a positive number of seconds"))
-    if not isinstance(grace, int) or grace < 0:
-        problems.append(("misfire_grace_ms", "must be a whole number of milliseconds >= 0"))
-    if problems:
-        raise InvalidRequest(
-            "; ".join(f"{name} {msg}" for name, msg in problems),
-            errors=[{"loc": ["body", n], "msg": m, "type": "value_error"} for n, m in problems],
-        )
-    return SchedulePolicy(
-        overlap=overlap,
-        missed=missed,
-        max_catch_up=max_catch_up,
-        catch_up_window=timedelta(seconds=window) if window is not None else None,
-        misfire_grace=timedelta(milliseconds=grace),
-    )
-
-
-def parse_regression(value: Any) -> dict[str, Any] | None:
+def decode_regression(value: Any) -> dict[str, Any] | None:
     """``{"metrics": [{"path", "better": higher|lower, "tolerance" >= 0}]}`` or null."""
     if value is None:
         return None
@@ -130,23 +175,13 @@ def parse_regression(value: Any) -> dict[str, Any] | None:
     return {"metrics": cleaned}
 
 
-def parse_version_policy(value: Any) -> VersionPolicy:
-    try:
-        return VersionPolicy(value)
-    except ValueError:
-        raise InvalidRequest(
-            "version_policy must be active_at_fire or pinned",
-            errors=[{"loc": ["body", "version_policy"], "msg": "enum", "type": "enum"}],
-        ) from None
-
-
-def parse_end_at(value: Any, now: datetime | None) -> datetime | None:
-    """``end_at`` (RS-9c): an RFC 3339 instant with an offset, not before ``now`` (when
-    given: a new or changed end)."""
+def _end_at(value: Any) -> datetime | None:
+    """``end_at`` (RS-9c): an RFC 3339 instant with an offset; ``check_end_at`` judges it
+    against the mutation's time."""
     if value is None:
         return None
     try:
-        end_at = parse_rfc3339(value) if isinstance(value, str) else require_aware(value)
+        return parse_rfc3339(value) if isinstance(value, str) else require_aware(value)
     except (TypeError, ValueError, AttributeError, OverflowError):
         raise InvalidRequest(
             "end_at must be an RFC 3339 timestamp with an offset, e.g. 2027-01-01T00:00:00Z",
@@ -154,19 +189,22 @@ def parse_end_at(value: Any, now: datetime | None) -> datetime | None:
                 {"loc": ["body", "end_at"], "msg": "timestamp with offset", "type": "datetime"}
             ],
         ) from None
-    if now is not None and end_at < now:
+
+
+def check_end_at(end_at: datetime | None, now: datetime) -> None:
+    """A new or changed end is not in the past."""
+    if end_at is not None and end_at < now:
         raise InvalidRequest(
             f"end_at {to_rfc3339(end_at)} is in the past; a schedule ends in the future",
             code="end_at_in_past",
             end_at=to_rfc3339(end_at),
         )
-    return end_at
 
 
-def parse_max_occurrences(value: Any) -> int | None:
+def _max_occurrences(value: Any) -> int | None:
     if value is None:
         return None
-    if isinstance(value, bool) or not isinstance(value, int) or value < 1:
+    if isinstance(value, bool) or not isinstance(value, int) or not 1 <= value <= BIGINT_MAX:
         raise InvalidRequest(
             "max_occurrences must be a whole number of at least 1 (or null for no limit)",
             errors=[{"loc": ["body", "max_occurrences"], "msg": ">= 1", "type": "value_error"}],
@@ -174,15 +212,28 @@ def parse_max_occurrences(value: Any) -> int | None:
     return value
 
 
-def parse_jitter(value: Any, spec: RecurrenceSpec, now: datetime) -> timedelta:
+def _milliseconds(name: str) -> Callable[[Any], timedelta]:
+    def decode(value: Any) -> timedelta:
+        return timedelta(milliseconds=_whole(name, value, 0, MAX_SPAN_MS))
+
+    return decode
+
+
+def _catch_up_window(value: Any) -> timedelta | None:
+    if value is None:
+        return None
+    if isinstance(value, bool) or not isinstance(value, int | float):
+        raise _problem("catch_up_window", "must be a positive number of seconds")
+    if not 0 < value <= MAX_SPAN_SECONDS:
+        raise _problem("catch_up_window", f"must be positive and at most {MAX_SPAN_SECONDS}")
+    return timedelta(seconds=value)
+
+
+def check_jitter(jitter: timedelta, spec: RecurrenceSpec, now: datetime) -> None:
     """``jitter_ms`` (RS-9d): shorter than the smallest gap between the spec's fires."""
-    if isinstance(value, bool) or not isinstance(value, int) or value < 0:
-        raise InvalidRequest(
-            "jitter_ms must be a whole number of milliseconds >= 0",
-            errors=[{"loc": ["body", "jitter_ms"], "msg": ">= 0", "type": "value_error"}],
-        )
-    if value == 0:
-        return timedelta(0)
+    if not jitter:
+        return
+    value = int(jitter / timedelta(milliseconds=1))
     largest = max_jitter_ms(spec, now)
     if value > largest:
         raise InvalidRequest(
@@ -192,28 +243,193 @@ def parse_jitter(value: Any, spec: RecurrenceSpec, now: datetime) -> timedelta:
             max_jitter_ms=largest,
             jitter_ms=value,
         )
-    return timedelta(milliseconds=value)
 
 
-def parse_source(value: Any) -> str | None:
-    if value is None:
-        return None
-    if not isinstance(value, str) or not 1 <= len(value) <= 200:
-        raise InvalidRequest(
-            "source must be 1 to 200 characters (the name of a file of schedules)",
-            errors=[{"loc": ["body", "source"], "msg": "1..200 characters", "type": "value"}],
-        )
+def _enabled(value: Any) -> bool:
+    if not isinstance(value, bool):
+        raise InvalidRequest("enabled must be true or false")
     return value
 
 
-def whole_second(now: datetime) -> datetime:
-    """What a spec's defaults count from (an interval's first fire is this plus the
-    interval): whole seconds, as Temporal Schedules place interval fires, so a schedule
-    fires at the same instants whichever driver fires it."""
-    return now.replace(microsecond=0)
+def _same(value: Any) -> Any:
+    return value
 
 
-def parse_name(name: Any) -> str:
-    if not isinstance(name, str) or not 1 <= len(name) <= 200:
-        raise InvalidRequest("name must be 1 to 200 characters")
-    return name
+def _milliseconds_of(value: timedelta) -> int:
+    return int(value / timedelta(milliseconds=1))
+
+
+_REQUIRED: Any = object()
+
+
+@dataclass(frozen=True)
+class Field:
+    """One field of a schedule as the API names it."""
+
+    name: str
+    decode: Callable[[Any], Any]
+    """A JSON value into the domain's, or ``InvalidRequest`` with the contract's code."""
+    read: Callable[[ScheduleSettings], Any]
+    write: Callable[[ScheduleSettings, Any], ScheduleSettings]
+    encode: Callable[[Any], Any] = _same
+    """The domain's value back into JSON, as the schedule's view shows it."""
+    default: Any = _REQUIRED
+    """What a create takes when the field is omitted."""
+    revises: bool = False
+    """A ``PATCH`` of it starts a new revision (RS-5b)."""
+    kept: bool = False
+    """A ``PUT`` that omits it keeps the schedule's own (RS-9e)."""
+
+
+def _attribute(name: str, decode: Callable[[Any], Any], **rest: Any) -> Field:
+    def write(settings: ScheduleSettings, value: Any) -> ScheduleSettings:
+        return replace(settings, **{name: value})
+
+    return Field(name, decode, lambda s: getattr(s, name), write, **rest)
+
+
+def _policy(name: str, attribute: str, decode: Callable[[Any], Any], **rest: Any) -> Field:
+    def write(settings: ScheduleSettings, value: Any) -> ScheduleSettings:
+        return replace(settings, policy=replace(settings.policy, **{attribute: value}))
+
+    return Field(name, decode, lambda s: getattr(s.policy, attribute), write, **rest)
+
+
+def _value(member: StrEnum) -> str:
+    return member.value
+
+
+def _seconds(window: timedelta | None) -> float | None:
+    return window.total_seconds() if window is not None else None
+
+
+def _instant(value: datetime | None) -> str | None:
+    return to_rfc3339(value) if value is not None else None
+
+
+FIELDS: tuple[Field, ...] = (
+    _attribute("name", lambda v: _text("name", v, NAME_MAX)),
+    _attribute("workflow", lambda v: _text("workflow", v, NAME_MAX), revises=True),
+    _attribute("spec", decode_spec, encode=spec_to_json, revises=True),
+    _policy("overlap", "overlap", _choice("overlap", OverlapPolicy), encode=_value, default=None),
+    _policy("missed", "missed", _choice("missed", MissedPolicy), encode=_value, default=None),
+    _policy(
+        "max_catch_up",
+        "max_catch_up",
+        lambda v: _whole("max_catch_up", v, 1, MAX_CATCH_UP_LIMIT),
+        default=10,
+    ),
+    _policy("catch_up_window", "catch_up_window", _catch_up_window, encode=_seconds, default=None),
+    _policy(
+        "misfire_grace_ms",
+        "misfire_grace",
+        _milliseconds("misfire_grace_ms"),
+        encode=_milliseconds_of,
+        default=60_000,
+    ),
+    _attribute("enabled", _enabled, default=True, kept=True),
+    _attribute("version_policy", _version_policy, encode=_value, default="active_at_fire"),
+    _attribute(
+        "workload_class",
+        lambda v: _text("workload_class", v, WORKLOAD_CLASS_MAX),
+        default="standard",
+    ),
+    _attribute("regression", decode_regression, default=None),
+    _attribute("end_at", _end_at, encode=_instant, default=None),
+    _attribute("max_occurrences", _max_occurrences, default=None),
+    _policy("jitter_ms", "jitter", _milliseconds("jitter_ms"), encode=_milliseconds_of, default=0),
+    _attribute("source", lambda v: _optional_text("source", v, NAME_MAX), default=None, kept=True),
+)
+BY_NAME = {f.name: f for f in FIELDS}
+EDITABLE = frozenset(BY_NAME) | {INPUT}
+REVISING = frozenset(f.name for f in FIELDS if f.revises) | {INPUT}
+_UNSET = ScheduleSettings(
+    name="",
+    workflow="",
+    spec=IntervalSpec(60_000),
+    policy=SchedulePolicy(OverlapPolicy.SKIP, MissedPolicy.SKIP),
+)
+"""Where a create's settings are written into: the table writes every field over it."""
+
+
+def view_of(settings: ScheduleSettings) -> dict[str, Any]:
+    """The settings as the schedule's view shows them (the request's JSON form)."""
+    return {f.name: f.encode(f.read(settings)) for f in FIELDS}
+
+
+@dataclass(frozen=True)
+class CreateSchedule:
+    settings: ScheduleSettings
+    input: Any
+
+
+@dataclass(frozen=True)
+class UpdateSchedule:
+    """An edit: the fields it sends, decoded (``input`` as sent)."""
+
+    schedule_id: str
+    version: int
+    changes: Mapping[str, Any] = field(default_factory=dict)
+
+    def apply(self, settings: ScheduleSettings) -> ScheduleSettings:
+        for name, value in self.changes.items():
+            if name in BY_NAME:
+                settings = BY_NAME[name].write(settings, value)
+        return settings
+
+
+@dataclass(frozen=True)
+class UpsertByName:
+    """``PUT …/schedules/by-name/{name}``: the schedule as a create of it would make it,
+    the fields the body sent (an omitted ``kept`` field keeps the schedule's own), and the
+    version the schedule must still be at."""
+
+    create: CreateSchedule
+    sent: frozenset[str]
+    version: int | None = None
+
+
+def _refuse_unknown(body: Mapping[str, Any], known: frozenset[str], verb: str) -> None:
+    unknown = sorted(set(body) - known)
+    if unknown:
+        raise InvalidRequest(
+            f"these fields cannot be {verb}: {', '.join(unknown)}",
+            errors=[{"loc": ["body", k], "msg": "not editable", "type": "extra"} for k in unknown],
+        )
+
+
+def decode_create(body: Mapping[str, Any]) -> CreateSchedule:
+    """A create from the fields sent; an omitted field takes its default, and ``name``,
+    ``workflow``, ``input`` and ``spec`` are required."""
+    missing = [name for name in ("name", "workflow", INPUT, "spec") if name not in body]
+    if missing:
+        raise InvalidRequest(
+            f"a schedule needs {', '.join(missing)}",
+            errors=[{"loc": ["body", f], "msg": "required", "type": "missing"} for f in missing],
+        )
+    _refuse_unknown(body, EDITABLE, "set")
+    settings = _UNSET
+    for f in FIELDS:
+        settings = f.write(settings, f.decode(body.get(f.name, f.default)))
+    return CreateSchedule(settings, body[INPUT])
+
+
+def decode_update(schedule_id: str, version: int, body: Mapping[str, Any]) -> UpdateSchedule:
+    """An edit of the fields sent; one the table does not know is refused by name."""
+    _refuse_unknown(body, EDITABLE, "changed")
+    changes = {
+        name: value if name == INPUT else BY_NAME[name].decode(value)
+        for name, value in body.items()
+    }
+    return UpdateSchedule(schedule_id, version, changes)
+
+
+def decode_upsert(name: str, body: Mapping[str, Any], version: int | None = None) -> UpsertByName:
+    """The path names the schedule: a body's ``name`` may only repeat it."""
+    sent_name = body.get("name")
+    if sent_name is not None and sent_name != name:
+        raise InvalidRequest(
+            "the body's name differs from the name in the path; omit it or send the same",
+            errors=[{"loc": ["body", "name"], "msg": "differs from the path", "type": "value"}],
+        )
+    return UpsertByName(decode_create({**body, "name": name}), frozenset(body), version)

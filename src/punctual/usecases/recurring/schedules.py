@@ -7,8 +7,8 @@ reads only the request, role, checks that need stored input (FT-4), state, versi
 
 from __future__ import annotations
 
-from dataclasses import dataclass, field, replace
-from datetime import datetime, timedelta
+from dataclasses import dataclass, replace
+from datetime import datetime
 from typing import Any
 
 from punctual.domain.ids import new_id
@@ -17,6 +17,7 @@ from punctual.domain.recurrence import (
     next_fires,
 )
 from punctual.domain.schedules import (
+    SETTINGS,
     Schedule,
     SkippedRange,
     VersionPolicy,
@@ -37,72 +38,20 @@ from punctual.usecases.kernel.paging import check_choice, check_limit, decode_cu
 from punctual.usecases.kernel.projections import fire_view, occurrence_view
 from punctual.usecases.recurring.occurrence_rows import new_occurrence
 from punctual.usecases.recurring.schedule_fields import (
-    parse_end_at,
-    parse_jitter,
-    parse_max_occurrences,
-    parse_name,
-    parse_policy,
-    parse_regression,
-    parse_source,
-    parse_spec,
-    parse_version_policy,
+    INPUT,
+    REVISING,
+    CreateSchedule,
+    UpdateSchedule,
+    check_end_at,
+    check_jitter,
+    decode_spec,
+    settle_spec,
     whole_second,
 )
 from punctual.usecases.running.definitions import input_problems, require_active
 from punctual.usecases.running.followthrough import SCHEDULE_FAILING
 
 PREVIEW_DEFAULT_COUNT = 10
-EDITABLE_FIELDS = frozenset(
-    {
-        "name",
-        "workflow",
-        "input",
-        "spec",
-        "overlap",
-        "missed",
-        "max_catch_up",
-        "catch_up_window",
-        "misfire_grace_ms",
-        "enabled",
-        "version_policy",
-        "workload_class",
-        "regression",
-        "end_at",
-        "max_occurrences",
-        "jitter_ms",
-        "source",
-    }
-)
-_REVISION_FIELDS = frozenset({"workflow", "input", "spec"})
-
-
-@dataclass(frozen=True)
-class CreateSchedule:
-    name: str
-    workflow: str
-    input: Any
-    spec: dict[str, Any]
-    overlap: str | None
-    missed: str | None
-    workload_class: str
-    max_catch_up: int = 10
-    catch_up_window: float | None = None
-    misfire_grace_ms: int = 60_000
-    enabled: bool = True
-    version_policy: str = VersionPolicy.ACTIVE_AT_FIRE.value
-    regression: dict[str, Any] | None = None
-    end_at: datetime | str | None = None
-    max_occurrences: int | None = None
-    jitter_ms: int = 0
-    source: str | None = None
-    """The file of schedules it is applied from (RS-9e); prune touches only its own."""
-
-
-@dataclass(frozen=True)
-class UpdateSchedule:
-    schedule_id: str
-    version: int
-    changes: dict[str, Any] = field(default_factory=dict)
 
 
 @dataclass(frozen=True)
@@ -126,54 +75,19 @@ def _check_input(tx: Tx, workflow: str, payload: Any) -> str:
     return definition.version
 
 
-def check_create_request(cmd: CreateSchedule, now: datetime) -> None:
-    """The checks of a create that read only the request (an ``end_at`` in the past
-    aside: an upsert that leaves an elapsed ``end_at`` as it is stays valid)."""
-    parse_name(cmd.name)
-    spec = parse_spec(cmd.spec, now)
-    parse_policy(
-        {
-            "overlap": cmd.overlap,
-            "missed": cmd.missed,
-            "max_catch_up": cmd.max_catch_up,
-            "catch_up_window": cmd.catch_up_window,
-            "misfire_grace_ms": cmd.misfire_grace_ms,
-        }
-    )
-    parse_end_at(cmd.end_at, None)
-    parse_max_occurrences(cmd.max_occurrences)
-    parse_jitter(cmd.jitter_ms, spec, now)
-    parse_source(cmd.source)
-    parse_version_policy(cmd.version_policy)
-    parse_regression(cmd.regression)
-
-
 def decide_create(
     services: Services, principal: Principal, cmd: CreateSchedule, tx: Tx, now: datetime
 ) -> NewSchedule:
     """Every check of a create, in the contract's order, and the row it would insert;
     nothing is written (the dry run of ``PUT …/by-name`` stops here)."""
-    parse_name(cmd.name)
-    spec = parse_spec(cmd.spec, whole_second(now))
-    policy = parse_policy(
-        {
-            "overlap": cmd.overlap,
-            "missed": cmd.missed,
-            "max_catch_up": cmd.max_catch_up,
-            "catch_up_window": cmd.catch_up_window,
-            "misfire_grace_ms": cmd.misfire_grace_ms,
-        }
-    )
-    end_at = parse_end_at(cmd.end_at, now)
-    max_occurrences = parse_max_occurrences(cmd.max_occurrences)
-    policy = replace(policy, jitter=parse_jitter(cmd.jitter_ms, spec, now))
-    schedule_driver.check_supported(services, spec, policy.jitter)
-    source = parse_source(cmd.source)
-    version_policy = parse_version_policy(cmd.version_policy)
-    regression = parse_regression(cmd.regression)
-    active_version = _check_input(tx, cmd.workflow, cmd.input)
+    settings = cmd.settings
+    spec = settle_spec(settings.spec, whole_second(now))
+    check_end_at(settings.end_at, now)
+    check_jitter(settings.policy.jitter, spec, now)
+    schedule_driver.check_supported(services, spec, settings.policy.jitter)
+    active_version = _check_input(tx, settings.workflow, cmd.input)
     require(principal, Action.CREATE)
-    admit_input_and_class(services, principal.tenant, cmd.workload_class, cmd.input)
+    admit_input_and_class(services, principal.tenant, settings.workload_class, cmd.input)
     limit = services.policy.tenant_policy(principal.tenant).max_schedules
     tx.schedules.lock_for_create(principal.tenant)  # exact count and name check
     count = tx.schedules.count_live(principal.tenant)
@@ -184,36 +98,27 @@ def decide_create(
             count=count,
             scope="schedules",
         )
-    if tx.schedules.name_taken(principal.tenant, cmd.name):
+    if tx.schedules.name_taken(principal.tenant, settings.name):
         raise Conflict(
-            f"a schedule named {cmd.name!r} already exists in this tenant",
+            f"a schedule named {settings.name!r} already exists in this tenant",
             code="name_taken",
         )
+    pinned = settings.version_policy is VersionPolicy.PINNED
     return NewSchedule(
         id=new_id("sch"),
         tenant=principal.tenant,
-        name=cmd.name,
-        workflow=cmd.workflow,
+        settings=replace(settings, spec=spec),
         input=services.codec.encrypt(cmd.input, principal.tenant),
-        spec=spec,
-        policy=policy,
-        enabled=cmd.enabled,
-        version_policy=version_policy,
-        pinned_version=active_version if version_policy is VersionPolicy.PINNED else None,
-        workload_class=cmd.workload_class,
-        regression=regression,
+        pinned_version=active_version if pinned else None,
         created_by=principal.subject,
         cursor=now,
-        next_fire_at=next_bounded_fire(spec, now, end_at, max_occurrences),
-        end_at=end_at,
-        max_occurrences=max_occurrences,
-        source=source,
+        next_fire_at=next_bounded_fire(spec, now, settings.end_at, settings.max_occurrences),
     )
 
 
 def create(services: Services, principal: Principal, cmd: CreateSchedule) -> Mutation:
     def mutation(tx: Tx, now: datetime) -> Outcome:
-        resumed = schedule_driver.resumable(services, tx, principal.tenant, cmd.name)
+        resumed = schedule_driver.resumable(services, tx, principal.tenant, cmd.settings.name)
         if resumed is not None:
             return schedule_driver.created(services, tx, resumed, now)
         new = decide_create(services, principal, cmd, tx, now)
@@ -292,52 +197,35 @@ def decide_update(
     upsert by name), not only for spec, workflow or input (PATCH, RS-5b)."""
     if schedule is None:
         schedule = _load(tx, principal, cmd.schedule_id)
-    unknown = sorted(set(cmd.changes) - EDITABLE_FIELDS)
-    if unknown:
-        raise InvalidRequest(
-            f"these fields cannot be changed: {', '.join(unknown)}",
-            errors=[{"loc": ["body", k], "msg": "not editable", "type": "extra"} for k in unknown],
-        )
-    values = _current_values(schedule) | cmd.changes
-    changes: dict[str, Any] = {}
-    spec = schedule.spec
-    if "spec" in cmd.changes:
-        spec = parse_spec(cmd.changes["spec"], whole_second(now))
-        changes["spec"] = spec
-    policy = parse_policy(values)
-    jitter = schedule.policy.jitter
-    if "jitter_ms" in cmd.changes or ("spec" in cmd.changes and jitter):
-        jitter = parse_jitter(values["jitter_ms"], spec, now)
-    policy = replace(policy, jitter=jitter)
-    stored = "spec" not in cmd.changes  # kept as it is: as the driver honours records
-    schedule_driver.check_supported(services, spec, policy.jitter, stored=stored)
-    if policy != schedule.policy:
-        changes["policy"] = policy
-    end_at = schedule.end_at
-    if "end_at" in cmd.changes:
-        end_at = changes["end_at"] = parse_end_at(cmd.changes["end_at"], now)
-    max_occurrences = schedule.max_occurrences
-    if "max_occurrences" in cmd.changes:
-        max_occurrences = parse_max_occurrences(cmd.changes["max_occurrences"])
-        changes["max_occurrences"] = max_occurrences
-    if "source" in cmd.changes:
-        changes["source"] = parse_source(cmd.changes["source"])
-    if "name" in cmd.changes:
-        changes["name"] = parse_name(cmd.changes["name"])
-    workflow = values["workflow"]
-    if "input" in cmd.changes:
+    sent = set(cmd.changes)
+    desired = cmd.apply(schedule.settings)
+    spec = desired.spec
+    if "spec" in sent:
+        spec = settle_spec(spec, whole_second(now))
+        desired = replace(desired, spec=spec)
+    if "jitter_ms" in sent or ("spec" in sent and desired.policy.jitter):
+        check_jitter(desired.policy.jitter, spec, now)
+    stored = "spec" not in sent  # kept as it is: as the driver honours records
+    schedule_driver.check_supported(services, spec, desired.policy.jitter, stored=stored)
+    if "end_at" in sent:
+        check_end_at(desired.end_at, now)
+    # Every setting the edit touches; the policy only when it differs (one value, many fields).
+    changes: dict[str, Any] = {
+        name: getattr(desired, name)
+        for name in SETTINGS
+        if getattr(desired, name) != getattr(schedule, name) or name in sent
+    }
+    if desired.policy == schedule.policy:
+        changes.pop("policy", None)
+    changes.pop("workflow", None)  # decided below, with the input it must accept
+    changes.pop("workload_class", None)  # decided below, once it is admitted
+    end_at, max_occurrences = desired.end_at, desired.max_occurrences
+    workflow = desired.workflow
+    if INPUT in sent:
         # The request's own input: validation that reads only the request (422).
-        _check_input(tx, workflow, cmd.changes["input"])
-    elif "workflow" in cmd.changes:
+        _check_input(tx, workflow, cmd.changes[INPUT])
+    elif "workflow" in sent:
         require_active(tx, workflow)
-    if "version_policy" in cmd.changes:
-        changes["version_policy"] = parse_version_policy(cmd.changes["version_policy"]).value
-    if "regression" in cmd.changes:
-        changes["regression"] = parse_regression(cmd.changes["regression"])
-    if "enabled" in cmd.changes:
-        if not isinstance(cmd.changes["enabled"], bool):
-            raise InvalidRequest("enabled must be true or false")
-        changes["enabled"] = cmd.changes["enabled"]
     content_edit = set(cmd.changes) - {"enabled"}
     if content_edit:
         require(principal, Action.EDIT_SCHEDULE, owner=schedule.created_by)
@@ -374,7 +262,7 @@ def decide_update(
         schedule.tenant, changes["name"], other_than=schedule.id
     ):
         raise Conflict(f"a schedule named {changes['name']!r} already exists", code="name_taken")
-    revised = set(cmd.changes) & _REVISION_FIELDS
+    revised = sent & REVISING
     if revise_on_content:
         revised = content_edit - {"source"}
     if revised:
@@ -388,7 +276,7 @@ def decide_update(
     if bounds_moved or (enabling and not schedule.enabled):
         changes["next_fire_at"] = next_bounded_fire(spec, cursor, end_at, remaining)
     if "version_policy" in changes or "workflow" in changes:
-        pinned = changes.get("version_policy", schedule.version_policy.value) == "pinned"
+        pinned = changes.get("version_policy", schedule.version_policy) is VersionPolicy.PINNED
         active = require_active(tx, workflow).version if pinned else None
         changes["pinned_version"] = active
     return UpdatePlan(schedule, changes, dropped)
@@ -408,19 +296,6 @@ def update(services: Services, principal: Principal, cmd: UpdateSchedule) -> Mut
         return Outcome(200, body, resource_id=updated.id)
 
     return mutation
-
-
-def _current_values(schedule: Schedule) -> dict[str, Any]:
-    window = schedule.policy.catch_up_window
-    return {
-        "workflow": schedule.workflow,
-        "overlap": schedule.policy.overlap.value,
-        "missed": schedule.policy.missed.value,
-        "max_catch_up": schedule.policy.max_catch_up,
-        "catch_up_window": window.total_seconds() if window is not None else None,
-        "misfire_grace_ms": int(schedule.policy.misfire_grace.total_seconds() * 1000),
-        "jitter_ms": int(schedule.policy.jitter / timedelta(milliseconds=1)),
-    }
 
 
 def set_enabled(
@@ -529,5 +404,5 @@ def preview(
             "count must be between 1 and 100",
             errors=[{"loc": ["query", "count"], "msg": "1..100", "type": "range"}],
         )
-    spec = parse_spec(spec_data, after)
+    spec = settle_spec(decode_spec(spec_data), after)
     return {"items": [fire_view(fire) for fire in next_fires(spec, after, count)]}

@@ -32,7 +32,6 @@ from punctual.adapters.http.routes.common import (
     whole_number,
 )
 from punctual.adapters.http.schemas import (
-    MAX_SPAN_MS,
     BackfillBody,
     CreateScheduleBody,
     PatchScheduleBody,
@@ -58,6 +57,7 @@ from punctual.resources import (
 from punctual.usecases.kernel import mutations
 from punctual.usecases.kernel.idempotency import Mutation
 from punctual.usecases.recurring import schedule_controls, schedules, transfer
+from punctual.usecases.recurring.schedule_fields import MAX_SPAN_MS, decode_update
 
 router = APIRouter(
     prefix="/v1/tenants/{tenant}", tags=["schedules"], dependencies=[Security(BEARER)]
@@ -247,7 +247,7 @@ def patch_schedule(
 ) -> Response:
     def decide(principal: Principal) -> Mutation:
         body = parse_body(raw, PatchScheduleBody, host_owned_check=True)
-        command = schedules.UpdateSchedule(schedule_id, body.version, body.changes())
+        command = decode_update(schedule_id, body.version, body.changes())
         return schedules.update(edge.services, principal, command)
 
     return mutate(edge, request, raw, tenant, decide, mutations.schedule(schedule_id))

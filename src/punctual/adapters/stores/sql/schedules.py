@@ -4,6 +4,7 @@ from __future__ import annotations
 
 from collections.abc import Collection, Sequence
 from datetime import datetime, timedelta
+from enum import StrEnum
 from typing import Any
 
 import sqlalchemy as sa
@@ -19,6 +20,7 @@ from punctual.adapters.stores.sql.dialects import (
     upsert,
 )
 from punctual.domain.schedules import (
+    SETTINGS,
     MissedPolicy,
     OverlapPolicy,
     Schedule,
@@ -108,6 +110,20 @@ def policy_columns(policy: SchedulePolicy) -> dict[str, Any]:
     }
 
 
+def schedule_columns(values: dict[str, Any]) -> dict[str, Any]:
+    """A schedule's attributes (settings or state) as its columns: the spec as JSON, the
+    policy spread over its columns, the input and its key apart, enums as their values."""
+    columns = dict(values)
+    if "spec" in columns and not isinstance(columns["spec"], dict):
+        columns["spec"] = spec_to_json(columns["spec"])
+    if "policy" in columns:
+        columns.update(policy_columns(columns.pop("policy")))
+    if "input" in columns and isinstance(columns["input"], EncryptedInput):
+        encrypted = columns.pop("input")
+        columns.update(input=encrypted.ciphertext, input_key_id=encrypted.key_id)
+    return {k: v.value if isinstance(v, StrEnum) else v for k, v in columns.items()}
+
+
 class SqlSchedules:
     def __init__(self, conn: sa.Connection) -> None:
         self._conn = conn
@@ -115,29 +131,18 @@ class SqlSchedules:
     def insert(self, new: NewSchedule, now: datetime) -> Schedule:
         """Raises ``RaceLost`` ``name_taken`` when a concurrent create or rename took the
         name after the caller checked it (the unique index is the last word)."""
+        settings = {name: getattr(new.settings, name) for name in SETTINGS}
         self._execute_naming(
             sa.insert(t.schedules).values(
+                **schedule_columns(settings | {"input": new.input}),
                 id=new.id,
                 tenant=new.tenant,
-                name=new.name,
-                workflow=new.workflow,
-                input=new.input.ciphertext,
-                input_key_id=new.input.key_id,
-                spec=spec_to_json(new.spec),
-                **policy_columns(new.policy),
-                enabled=new.enabled,
                 version=1,
                 revision=1,
-                version_policy=new.version_policy.value,
                 pinned_version=new.pinned_version,
-                workload_class=new.workload_class,
-                regression=new.regression,
                 created_by=new.created_by,
                 cursor=new.cursor,
                 next_fire_at=new.next_fire_at,
-                end_at=new.end_at,
-                max_occurrences=new.max_occurrences,
-                source=new.source,
                 created_at=now,
                 updated_at=now,
             )
@@ -231,13 +236,7 @@ class SqlSchedules:
         self, schedule_id: str, expected_version: int, now: datetime, **changes: Any
     ) -> bool:
         """A user mutation (or auto-disable): applies and bumps ``version`` (RS-6)."""
-        if "spec" in changes and not isinstance(changes["spec"], dict):
-            changes["spec"] = spec_to_json(changes["spec"])
-        if "policy" in changes:
-            changes.update(policy_columns(changes.pop("policy")))
-        if "input" in changes and isinstance(changes["input"], EncryptedInput):
-            encrypted = changes.pop("input")
-            changes.update(input=encrypted.ciphertext, input_key_id=encrypted.key_id)
+        changes = schedule_columns(changes)
         status = changes.pop("last_status", None)
         result = self._execute_naming(
             sa.update(t.schedules)
