@@ -60,7 +60,7 @@ from punctual.ports.engine import EngineUnavailable
 from punctual.ports.records import CursorMove
 from punctual.ports.store import Tx
 from punctual.usecases.kernel.context import Services
-from punctual.usecases.kernel.idempotency import Mutation, Outcome, request_token
+from punctual.usecases.kernel.idempotency import Answer, Mutation, Outcome, request_token
 from punctual.usecases.kernel.projections import schedule_view
 from punctual.usecases.recurring.occurrence_rows import new_occurrence
 from punctual.usecases.tenancy.health import ORPHANED_SCHEDULE
@@ -231,7 +231,7 @@ def created(
     schedule: Schedule,
     now: datetime,
     *,
-    status: int = 201,
+    status: Answer = Answer.CREATED,
     extra: dict[str, Any] | None = None,
 ) -> Outcome:
     """The answer to a create of ``schedule`` (just stored, or found by ``resumable``):

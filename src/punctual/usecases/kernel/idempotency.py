@@ -43,6 +43,7 @@ from concurrent.futures import TimeoutError as FutureTimeout
 from contextvars import ContextVar
 from dataclasses import dataclass
 from datetime import datetime, timedelta
+from enum import IntEnum
 from typing import Any
 
 from punctual.errors import Conflict, PunctualError, RaceLost, Unavailable
@@ -79,9 +80,24 @@ class IdempotentRequest:
     fingerprint: str
 
 
+class Answer(IntEnum):
+    """What a mutation did, named by the use case that decided it; the number is what the
+    runner records under the request's key and the HTTP edge answers."""
+
+    DONE = 200
+    """Changed (or, for an upsert, found unchanged); the body is the resource."""
+    CREATED = 201
+    """The body is the new resource."""
+    ACCEPTED = 202
+    """Taken on but not finished: in progress, or queued (a webhook test)."""
+    REMOVED = 204
+    """Deleted, revoked or removed; no body."""
+
+
 @dataclass(frozen=True)
 class Outcome:
     status: int
+    """An ``Answer`` when a use case decides; a replay carries the recorded number."""
     body: Any
     resource_id: str | None = None
     replayed: bool = False
@@ -179,7 +195,7 @@ class MutationRunner:
         try:
             return future.result(timeout=max(0.0, deadline - time.monotonic()))
         except FutureTimeout:
-            return Outcome(202, IN_PROGRESS_BODY)
+            return Outcome(Answer.ACCEPTED, IN_PROGRESS_BODY)
 
     def run_batch(
         self,
@@ -324,7 +340,7 @@ class MutationRunner:
             if claimed:
                 return self._execute(request, owner, mutation, audited)
             if time.monotonic() >= deadline:
-                return Outcome(202, IN_PROGRESS_BODY)
+                return Outcome(Answer.ACCEPTED, IN_PROGRESS_BODY)
             time.sleep(_POLL_SECONDS)
 
     def _claim_or_replay(

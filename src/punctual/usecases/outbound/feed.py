@@ -16,7 +16,7 @@ from punctual.errors import not_found
 from punctual.ports.records import Notification
 from punctual.ports.store import Tx
 from punctual.usecases.kernel.context import Services
-from punctual.usecases.kernel.idempotency import Mutation, Outcome
+from punctual.usecases.kernel.idempotency import Answer, Mutation, Outcome
 from punctual.usecases.kernel.paging import check_choice, check_limit, decode_cursor, page
 from punctual.usecases.kernel.projections import ts
 
@@ -71,6 +71,6 @@ def mark_read(services: Services, principal: Principal, notification_id: str) ->
         note = tx.notifications.mark_read(principal.tenant, principal.subject, notification_id, now)
         if note is None:
             raise not_found("notification", notification_id)
-        return Outcome(200, notification_view(note), resource_id=note.id)
+        return Outcome(Answer.DONE, notification_view(note), resource_id=note.id)
 
     return mutation

@@ -26,7 +26,7 @@ from punctual.errors import InvalidRequest, not_found, webhook_url_not_allowed
 from punctual.ports.records import Delivery, EncryptedInput, NewWebhook, WebhookRecord
 from punctual.ports.store import Tx
 from punctual.usecases.kernel.context import Services
-from punctual.usecases.kernel.idempotency import Mutation, Outcome
+from punctual.usecases.kernel.idempotency import Answer, Mutation, Outcome
 from punctual.usecases.kernel.paging import check_limit, decode_cursor, page
 from punctual.usecases.kernel.projections import ts
 from punctual.usecases.outbound.outbox import (
@@ -215,7 +215,7 @@ def create(
             ),
             now,
         )
-        return Outcome(201, webhook_view(hook), resource_id=hook.id)
+        return Outcome(Answer.CREATED, webhook_view(hook), resource_id=hook.id)
 
     return mutation
 
@@ -260,7 +260,7 @@ def update(
             if updated is None:  # deleted since it was read
                 raise not_found("webhook", hook.id)
             hook = updated
-        return Outcome(200, webhook_view(hook), resource_id=hook.id)
+        return Outcome(Answer.DONE, webhook_view(hook), resource_id=hook.id)
 
     return mutation
 
@@ -274,7 +274,7 @@ def delete(services: Services, principal: Principal, webhook_id: str) -> Mutatio
         require(principal, Action.ADMINISTER)
         if not tx.webhooks.delete(principal.tenant, hook.id, now):
             raise not_found("webhook", hook.id)
-        return Outcome(204, None, resource_id=hook.id)
+        return Outcome(Answer.REMOVED, None, resource_id=hook.id)
 
     return mutation
 
@@ -335,7 +335,7 @@ def send_test(services: Services, principal: Principal, webhook_id: str) -> Muta
         enqueue_deliveries(tx, [hook], event, event_id, now)
         newest = tx.webhooks.deliveries(principal.tenant, hook.id, None, 1)
         delivery_id = newest[0].id if newest and newest[0].event_id == event_id else None
-        return Outcome(202, queued_view(event_id, delivery_id), resource_id=hook.id)
+        return Outcome(Answer.ACCEPTED, queued_view(event_id, delivery_id), resource_id=hook.id)
 
     return mutation
 
@@ -355,6 +355,6 @@ def redeliver(
         again = tx.webhooks.redeliver(principal.tenant, hook.id, delivery_id, new_id("dlv"), now)
         if again is None:
             raise not_found("delivery", delivery_id)
-        return Outcome(202, queued_view(again.event_id, again.id), resource_id=again.id)
+        return Outcome(Answer.ACCEPTED, queued_view(again.event_id, again.id), resource_id=again.id)
 
     return mutation

@@ -49,7 +49,7 @@ from punctual.ports.records import EncryptedInput, NewOccurrence, NewSchedule
 from punctual.ports.store import Tx
 from punctual.usecases.firing import schedule_driver
 from punctual.usecases.kernel.context import Services
-from punctual.usecases.kernel.idempotency import Mutation, Outcome
+from punctual.usecases.kernel.idempotency import Answer, Mutation, Outcome
 from punctual.usecases.kernel.projections import occurrence_view, schedule_view
 from punctual.usecases.recurring.occurrence_rows import new_occurrence
 from punctual.usecases.recurring.schedule_fields import (
@@ -124,7 +124,7 @@ def trigger(services: Services, principal: Principal, cmd: TriggerSchedule) -> M
         tx.starts.notify_due()
         created = tx.starts.get_occurrence(schedule.tenant, schedule.id, new.id)
         assert created is not None
-        return Outcome(201, occurrence_view(created), resource_id=new.id)
+        return Outcome(Answer.CREATED, occurrence_view(created), resource_id=new.id)
 
     return mutation
 
@@ -190,7 +190,7 @@ def backfill(services: Services, principal: Principal, cmd: BackfillSchedule) ->
         new_ids = iter(occurrence.id for occurrence in new)
         items = [occurrence_view(rows[item.existing_id or next(new_ids)]) for item in plan]
         body = {"generated": len(new), "existing": len(plan) - len(new), "items": items}
-        return Outcome(200, body, resource_id=schedule.id)
+        return Outcome(Answer.DONE, body, resource_id=schedule.id)
 
     return mutation
 
@@ -371,10 +371,10 @@ def upsert_by_name(services: Services, principal: Principal, cmd: UpsertByName) 
             updated = apply_update(tx, plan.update, now)
             schedule_driver.ensure_on_change(services, tx, updated, now)
             body = schedule_driver.view(services, tx, updated, now) | {"changed": True}
-            return Outcome(200, body, resource_id=updated.id)
+            return Outcome(Answer.DONE, body, resource_id=updated.id)
         assert plan.schedule is not None
         body = schedule_driver.view(services, tx, plan.schedule, now) | {"changed": False}
-        return Outcome(200, body, resource_id=plan.schedule.id)
+        return Outcome(Answer.DONE, body, resource_id=plan.schedule.id)
 
     return mutation
 

@@ -33,7 +33,7 @@ from punctual.ports.store import Tx
 from punctual.usecases.firing import schedule_driver
 from punctual.usecases.kernel.admission import admit_input_and_class, admit_input_size
 from punctual.usecases.kernel.context import Services
-from punctual.usecases.kernel.idempotency import Mutation, Outcome
+from punctual.usecases.kernel.idempotency import Answer, Mutation, Outcome
 from punctual.usecases.kernel.paging import check_choice, check_limit, decode_cursor, page
 from punctual.usecases.kernel.projections import fire_view, occurrence_view
 from punctual.usecases.recurring.occurrence_rows import new_occurrence
@@ -293,7 +293,7 @@ def update(services: Services, principal: Principal, cmd: UpdateSchedule) -> Mut
         updated = apply_update(tx, decide_update(services, principal, cmd, tx, now), now)
         schedule_driver.ensure_on_change(services, tx, updated, now)
         body = schedule_driver.view(services, tx, updated, now)
-        return Outcome(200, body, resource_id=updated.id)
+        return Outcome(Answer.DONE, body, resource_id=updated.id)
 
     return mutation
 
@@ -320,7 +320,7 @@ def delete(services: Services, principal: Principal, schedule_id: str, version: 
         tx.starts.cancel_unstarted(schedule.id, "schedule_deleted", now)
         # A deleted schedule fails no more: nothing is left for an operator to act on.
         tx.findings.clear(schedule.tenant, SCHEDULE_FAILING, schedule.id)
-        return Outcome(204, None, resource_id=schedule.id)
+        return Outcome(Answer.REMOVED, None, resource_id=schedule.id)
 
     return mutation
 
@@ -390,7 +390,7 @@ def cancel_occurrence(
             check_mutable(latest, version)
         updated = tx.starts.get_occurrence(principal.tenant, schedule_id, occurrence_id)
         assert updated is not None
-        return Outcome(200, occurrence_view(updated), resource_id=occurrence_id)
+        return Outcome(Answer.DONE, occurrence_view(updated), resource_id=occurrence_id)
 
     return mutation
 

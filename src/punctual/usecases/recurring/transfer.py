@@ -21,7 +21,7 @@ from punctual.domain.starts import StartState
 from punctual.errors import InvalidRequest, not_found, version_conflict
 from punctual.ports.store import Tx
 from punctual.usecases.kernel.context import Services
-from punctual.usecases.kernel.idempotency import Mutation, Outcome
+from punctual.usecases.kernel.idempotency import Answer, Mutation, Outcome
 from punctual.usecases.kernel.projections import schedule_view
 
 _UNCLAIMED = (StartState.SCHEDULED.value, StartState.BUFFERED.value)
@@ -53,14 +53,14 @@ def transfer(services: Services, principal: Principal, cmd: TransferSchedule) ->
         if schedule.version != cmd.version:
             raise version_conflict("schedule", schedule.id, schedule.version)
         if schedule.created_by == cmd.to:
-            return Outcome(200, schedule_view(schedule, now), resource_id=schedule.id)
+            return Outcome(Answer.DONE, schedule_view(schedule, now), resource_id=schedule.id)
         if not tx.schedules.compare_and_set(schedule.id, schedule.version, now, created_by=cmd.to):
             latest = tx.schedules.get(schedule.tenant, schedule.id)
             raise version_conflict("schedule", schedule.id, latest.version if latest else 0)
         _reown_unclaimed(tx, schedule, cmd.to, now)
         updated = tx.schedules.get(schedule.tenant, schedule.id)
         assert updated is not None, "changed in this transaction"
-        return Outcome(200, schedule_view(updated, now), resource_id=schedule.id)
+        return Outcome(Answer.DONE, schedule_view(updated, now), resource_id=schedule.id)
 
     return mutation
 

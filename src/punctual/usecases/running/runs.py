@@ -27,7 +27,7 @@ from punctual.errors import not_found
 from punctual.ports.records import RunFilter
 from punctual.ports.store import Tx
 from punctual.usecases.kernel.context import Services
-from punctual.usecases.kernel.idempotency import IN_PROGRESS_BODY, Mutation, Outcome
+from punctual.usecases.kernel.idempotency import IN_PROGRESS_BODY, Answer, Mutation, Outcome
 from punctual.usecases.kernel.paging import check_choice, check_limit, decode_cursor, page
 from punctual.usecases.kernel.projections import run_view
 
@@ -76,7 +76,7 @@ def _load_to_mutate(tx: Tx, principal: Principal, run_id: str) -> Run | Outcome:
         state, created_by = allocation
         require(principal, Action.MUTATE_START, owner=created_by)
         if state not in TERMINAL_STATES:
-            return Outcome(202, IN_PROGRESS_BODY)
+            return Outcome(Answer.ACCEPTED, IN_PROGRESS_BODY)
     # No start allocated it, or its start ended without a run (canceled, failed, skipped).
     raise not_found("run", run_id)
 
@@ -102,7 +102,7 @@ def cancel(services: Services, principal: Principal, run_id: str) -> Mutation:
             tell = services.engine.cancel
             follow = partial(_tell_engine, tell, "cancel", principal.tenant, run_id)
         view = run_view(_load(tx, principal, run_id))
-        return Outcome(200, view, resource_id=run_id, after_commit=follow)
+        return Outcome(Answer.DONE, view, resource_id=run_id, after_commit=follow)
 
     return mutation
 
@@ -120,6 +120,6 @@ def terminate(services: Services, principal: Principal, run_id: str) -> Mutation
             tell = services.engine.terminate
             follow = partial(_tell_engine, tell, "terminate", principal.tenant, run_id)
         view = run_view(_load(tx, principal, run_id))
-        return Outcome(200, view, resource_id=run_id, after_commit=follow)
+        return Outcome(Answer.DONE, view, resource_id=run_id, after_commit=follow)
 
     return mutation

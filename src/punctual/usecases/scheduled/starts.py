@@ -32,7 +32,7 @@ from punctual.ports.records import NewStart, StartFilter
 from punctual.ports.store import Tx
 from punctual.usecases.kernel.admission import admit_input_and_class
 from punctual.usecases.kernel.context import Services
-from punctual.usecases.kernel.idempotency import BatchMutation, Mutation, Outcome
+from punctual.usecases.kernel.idempotency import Answer, BatchMutation, Mutation, Outcome
 from punctual.usecases.kernel.mutations import check_tenant
 from punctual.usecases.kernel.paging import check_choice, check_limit, decode_cursor, page
 from punctual.usecases.kernel.projections import start_view
@@ -139,7 +139,7 @@ def create_many(
                 decided[index] = failure
         inserted = tx.starts.insert_many([n for _, n in new], now)
         for (index, _), start in zip(new, inserted, strict=True):
-            decided[index] = Outcome(201, start_view(start), resource_id=start.id)
+            decided[index] = Outcome(Answer.CREATED, start_view(start), resource_id=start.id)
         if new:
             _wake_if_due_soon(services, tx, min(n.start_at for _, n in new), now)
         return decided
@@ -247,7 +247,7 @@ def reschedule(services: Services, principal: Principal, cmd: RescheduleStart) -
             lease_until=None,
         )
         _wake_if_due_soon(services, tx, cmd.start_at, now)
-        return Outcome(200, start_view(updated), resource_id=start.id)
+        return Outcome(Answer.DONE, start_view(updated), resource_id=start.id)
 
     return mutation
 
@@ -270,7 +270,7 @@ def cancel(services: Services, principal: Principal, cmd: CancelStart) -> Mutati
             claimed_by=None,
             lease_until=None,
         )
-        return Outcome(200, start_view(updated), resource_id=start.id)
+        return Outcome(Answer.DONE, start_view(updated), resource_id=start.id)
 
     return mutation
 

@@ -12,7 +12,7 @@ from punctual.errors import not_found
 from punctual.ports.records import Finding, StartFilter, WorkerRecord
 from punctual.ports.store import Tx
 from punctual.usecases.kernel.context import Services
-from punctual.usecases.kernel.idempotency import Mutation, Outcome
+from punctual.usecases.kernel.idempotency import Answer, Mutation, Outcome
 from punctual.usecases.kernel.projections import finding_view, start_view, ts
 
 HOST = "*"
@@ -180,6 +180,6 @@ def acknowledge(services: Services, principal: Principal, finding_id: str) -> Mu
         require(principal, Action.OPERATE)
         finding = tx.findings.acknowledge(principal.tenant, finding_id, principal.subject, now)
         assert finding is not None
-        return Outcome(200, finding_view(finding), resource_id=finding_id)
+        return Outcome(Answer.DONE, finding_view(finding), resource_id=finding_id)
 
     return mutation

@@ -26,7 +26,7 @@ from punctual.ports.records import Hold, NewHold
 from punctual.ports.store import Tx
 from punctual.usecases.kernel.audit import HOST_ACTOR, host_entry
 from punctual.usecases.kernel.context import Services
-from punctual.usecases.kernel.idempotency import Mutation, Outcome
+from punctual.usecases.kernel.idempotency import Answer, Mutation, Outcome
 from punctual.usecases.kernel.paging import check_choice, check_limit, decode_cursor, page
 from punctual.usecases.kernel.projections import ts
 
@@ -125,7 +125,7 @@ def place(services: Services, principal: Principal, command: PlaceHold) -> Mutat
         kind = _validated(command)
         require(principal, Action.ADMINISTER)
         hold = _insert(tx, principal.tenant, command, kind, principal.subject, False, now)
-        return Outcome(201, hold_view(hold), resource_id=hold.id)
+        return Outcome(Answer.CREATED, hold_view(hold), resource_id=hold.id)
 
     return mutation
 
@@ -147,7 +147,7 @@ def release(services: Services, principal: Principal, hold_id: str) -> Mutation:
             )
         released = tx.holds.release(hold_id, principal.subject, now)
         assert released is not None
-        return Outcome(200, hold_view(released), resource_id=hold_id)
+        return Outcome(Answer.DONE, hold_view(released), resource_id=hold_id)
 
     return mutation
 
@@ -180,7 +180,7 @@ def place_by_host(
             raise NotFound(f"tenant {tenant} does not exist")
         hold = _insert(tx, tenant, command, kind, HOST_ACTOR, True, now)
         entry = host_entry(
-            tenant, "place_hold", line.method, line.path, "hold", hold.id, status=201
+            tenant, "place_hold", line.method, line.path, "hold", hold.id, status=Answer.CREATED
         )
         tx.audit.record([entry], now)
     return hold_view(hold)
@@ -199,7 +199,7 @@ def release_by_host(
         released = tx.holds.release(hold_id, HOST_ACTOR, now)
         assert released is not None
         entry = host_entry(
-            hold.tenant, "release_hold", line.method, line.path, "hold", hold_id, status=200
+            hold.tenant, "release_hold", line.method, line.path, "hold", hold_id, status=Answer.DONE
         )
         tx.audit.record([entry], now)
     return hold_view(released)

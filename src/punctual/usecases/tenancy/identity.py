@@ -15,7 +15,7 @@ from punctual.errors import InvalidRequest, Unauthenticated, not_found
 from punctual.ports.store import Tx
 from punctual.usecases.firing import schedule_driver
 from punctual.usecases.kernel.context import Services
-from punctual.usecases.kernel.idempotency import Mutation, Outcome
+from punctual.usecases.kernel.idempotency import Answer, Mutation, Outcome
 from punctual.usecases.kernel.paging import check_limit, decode_cursor, page
 from punctual.usecases.kernel.projections import token_view, ts
 from punctual.usecases.outbound.outbox import notify_auto_disabled
@@ -139,7 +139,7 @@ def add_member(services: Services, principal: Principal, subject: str, role: str
         require(principal, Action.ADMINISTER)
         tx.identity.upsert_member(principal.tenant, subject, parsed, now)
         body = {"tenant": principal.tenant, "subject": subject, "role": parsed.value}
-        return Outcome(201, body, resource_id=subject)
+        return Outcome(Answer.CREATED, body, resource_id=subject)
 
     return mutation
 
@@ -162,7 +162,7 @@ def remove_member(services: Services, principal: Principal, subject: str) -> Mut
             ):
                 notify_auto_disabled(services, tx, schedule, status, now)
                 schedule_driver.mark_drifted(services, tx, schedule.id, now)
-        return Outcome(204, None, resource_id=subject)
+        return Outcome(Answer.REMOVED, None, resource_id=subject)
 
     return mutation
 
@@ -187,7 +187,7 @@ def create_token(
         }
         # The secret is shown once: a replay answers without it.
         recorded = {**body, "token": None}
-        return Outcome(201, body, resource_id=issued.id, recorded_body=recorded)
+        return Outcome(Answer.CREATED, body, resource_id=issued.id, recorded_body=recorded)
 
     return mutation
 
@@ -209,6 +209,6 @@ def revoke_token(services: Services, principal: Principal, token_id: str) -> Mut
         require(principal, Action.ADMINISTER)
         if not tx.identity.revoke_token(principal.tenant, token_id, now):
             raise not_found("token", token_id)
-        return Outcome(204, None, resource_id=token_id)
+        return Outcome(Answer.REMOVED, None, resource_id=token_id)
 
     return mutation
