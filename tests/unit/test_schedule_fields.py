@@ -133,6 +133,8 @@ def test_the_view_is_the_request_form_of_every_field() -> None:
         ("regression", {"metrics": []}, "validation_error"),
         ("enabled", "yes", "validation_error"),
         ("spec", {"interval_ms": 10}, "interval_too_short"),
+        ("spec", {"interval_ms": MAX_SPAN_MS + 1}, "validation_error"),
+        ("jitter_ms", 2**63 - 1, "validation_error"),
         ("spec", {"cron": "61 * * * *"}, "invalid_cron"),
         ("spec", {"cron": "0 * * * *", "time_zone": "Mars/Olympus"}, "unknown_time_zone"),
     ],
@@ -188,3 +190,10 @@ def test_the_checks_against_the_mutations_time() -> None:
     with pytest.raises(InvalidRequest) as jitter:
         check_jitter(timedelta(seconds=60), minutely, NOW)
     assert jitter.value.code == "jitter_too_large"
+    # A jitter of far more than ten years decodes, so it is refused for the spec's gaps
+    # with the largest the spec allows, as HTTP answers it.
+    huge = decode_create({**MINIMAL, "jitter_ms": 10**15}).settings.policy.jitter
+    with pytest.raises(InvalidRequest) as too_large:
+        check_jitter(huge, minutely, NOW)
+    assert too_large.value.details["max_jitter_ms"] == 59_999
+    assert too_large.value.details["jitter_ms"] == 10**15

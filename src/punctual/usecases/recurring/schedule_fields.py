@@ -93,6 +93,9 @@ def decode_spec(data: Any) -> RecurrenceSpec:
                 for k in unknown
             ],
         )
+    interval = data.get("interval_ms")
+    if isinstance(interval, int) and interval > MAX_SPAN_MS:
+        raise _problem("spec.interval_ms", f"must be whole milliseconds up to {MAX_SPAN_MS}")
     try:
         return spec_from_json(dict(data))
     except RecurrenceError as exc:
@@ -212,9 +215,9 @@ def _max_occurrences(value: Any) -> int | None:
     return value
 
 
-def _milliseconds(name: str) -> Callable[[Any], timedelta]:
+def _milliseconds(name: str, maximum: int = MAX_SPAN_MS) -> Callable[[Any], timedelta]:
     def decode(value: Any) -> timedelta:
-        return timedelta(milliseconds=_whole(name, value, 0, MAX_SPAN_MS))
+        return timedelta(milliseconds=_whole(name, value, 0, maximum))
 
     return decode
 
@@ -260,6 +263,7 @@ def _milliseconds_of(value: timedelta) -> int:
 
 
 _REQUIRED: Any = object()
+_TIMEDELTA_MS = timedelta.max // timedelta(milliseconds=1)
 
 
 @dataclass(frozen=True)
@@ -337,7 +341,13 @@ FIELDS: tuple[Field, ...] = (
     _attribute("regression", decode_regression, default=None),
     _attribute("end_at", _end_at, encode=_instant, default=None),
     _attribute("max_occurrences", _max_occurrences, default=None),
-    _policy("jitter_ms", "jitter", _milliseconds("jitter_ms"), encode=_milliseconds_of, default=0),
+    _policy(
+        "jitter_ms",
+        "jitter",
+        _milliseconds("jitter_ms", _TIMEDELTA_MS),  # check_jitter holds it to the spec's gaps
+        encode=_milliseconds_of,
+        default=0,
+    ),
     _attribute("source", lambda v: _optional_text("source", v, NAME_MAX), default=None, kept=True),
 )
 BY_NAME = {f.name: f for f in FIELDS}
