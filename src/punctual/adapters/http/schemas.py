@@ -29,6 +29,8 @@ from punctual.usecases.recurring.schedule_controls import BackfillSchedule, Trig
 from punctual.usecases.recurring.schedule_fields import (
     MAX_SPAN_MS,
     MAX_SPAN_SECONDS,
+    NAME_MAX,
+    WORKLOAD_CLASS_MAX,
     CreateSchedule,
     UpsertByName,
     decode_create,
@@ -291,8 +293,8 @@ class CreateScheduleBody(_Body):
         },
     )
 
-    name: str = Field(min_length=1, max_length=200)
-    workflow: str = Field(min_length=1, max_length=200)
+    name: str = Field(min_length=1, max_length=NAME_MAX)
+    workflow: str = Field(min_length=1, max_length=NAME_MAX)
     input: Any
     spec: Spec = Field(
         json_schema_extra={
@@ -306,7 +308,7 @@ class CreateScheduleBody(_Body):
     misfire_grace_ms: Milliseconds = 60_000
     enabled: bool = True
     version_policy: str = "active_at_fire"
-    workload_class: str = Field(default="standard", min_length=1, max_length=64)
+    workload_class: str = Field(default="standard", min_length=1, max_length=WORKLOAD_CLASS_MAX)
     regression: dict[str, Any] | None = Field(default=None, json_schema_extra=_REGRESSION)
     end_at: Instant | None = None
     """No fire after it (RS-9c); in the past: ``end_at_in_past``."""
@@ -315,7 +317,7 @@ class CreateScheduleBody(_Body):
     jitter_ms: Count = 0
     """Delay each occurrence by a deterministic amount below it (RS-9d); at least the
     smallest gap between fires: ``jitter_too_large`` with ``details.max_jitter_ms``."""
-    source: str | None = Field(default=None, min_length=1, max_length=200)
+    source: str | None = Field(default=None, min_length=1, max_length=NAME_MAX)
     """The file of schedules it is applied from (``punctual schedules apply``)."""
 
     def command(self) -> CreateSchedule:
@@ -344,7 +346,7 @@ class PutScheduleBody(CreateScheduleBody):
         },
     )
 
-    name: str | None = Field(default=None, min_length=1, max_length=200)  # type: ignore[assignment]
+    name: str | None = Field(default=None, min_length=1, max_length=NAME_MAX)  # type: ignore[assignment]
     version: Version | None = None
 
     def command(self, name: str) -> UpsertByName:  # type: ignore[override]
@@ -407,8 +409,8 @@ class PatchScheduleBody(BaseModel):
 
     model_config = ConfigDict(extra="allow")
     version: Version
-    name: StrictStr | None = Field(default=None, min_length=1, max_length=200)
-    workflow: StrictStr | None = Field(default=None, min_length=1, max_length=200)
+    name: StrictStr | None = Field(default=None, min_length=1, max_length=NAME_MAX)
+    workflow: StrictStr | None = Field(default=None, min_length=1, max_length=NAME_MAX)
     input: Any = None
     spec: Spec | None = None
     overlap: StrictStr | None = None
@@ -418,14 +420,16 @@ class PatchScheduleBody(BaseModel):
     misfire_grace_ms: StrictMilliseconds | None = None
     enabled: StrictBool | None = None
     version_policy: StrictStr | None = None
-    workload_class: StrictStr | None = Field(default=None, min_length=1, max_length=64)
+    workload_class: StrictStr | None = Field(
+        default=None, min_length=1, max_length=WORKLOAD_CLASS_MAX
+    )
     regression: dict[str, Any] | None = Field(default=None, json_schema_extra=_REGRESSION)
     end_at: Instant | None = None
     """``null`` removes the end; a new end must not be in the past."""
     max_occurrences: Annotated[int, Field(strict=True, le=BIGINT_MAX)] | None = None
     """``null`` removes the limit; raising it extends an ended schedule."""
     jitter_ms: Annotated[int, Field(strict=True, le=BIGINT_MAX)] | None = None
-    source: StrictStr | None = Field(default=None, min_length=1, max_length=200)
+    source: StrictStr | None = Field(default=None, min_length=1, max_length=NAME_MAX)
 
     def changes(self) -> dict[str, Any]:
         """The fields the request sent (the ``None`` defaults are never applied), and the
