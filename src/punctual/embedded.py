@@ -25,8 +25,9 @@ from typing import Any
 from punctual import bootstrap
 from punctual.domain.permissions import Principal, Role
 from punctual.errors import PunctualError
+from punctual.ports.store import Tx
 from punctual.settings import load_settings
-from punctual.usecases.kernel.idempotency import IdempotentRequest, Mutation, RecordedError
+from punctual.usecases.kernel.idempotency import IdempotentRequest, Mutation, Outcome, RecordedError
 from punctual.usecases.recurring import schedule_controls, schedule_fields, schedules
 from punctual.usecases.running import runs
 from punctual.usecases.scheduled import starts
@@ -172,20 +173,26 @@ class Scheduler:
         workload_class: str,
         options: dict[str, Any],
     ) -> dict[str, Any]:
-        command = schedule_fields.decode_create(
-            {
-                "name": name,
-                "workflow": workflow,
-                "input": input,
-                "spec": spec,
-                "overlap": overlap,
-                "missed": missed,
-                "workload_class": workload_class,
-                **options,
-            }
-        )
-        mutation = schedules.create(self.system.services, self.principal, command)
-        result: dict[str, Any] = self._mutate(mutation, idempotency_key, repr(command))
+        body = {
+            "name": name,
+            "workflow": workflow,
+            "input": input,
+            "spec": spec,
+            "overlap": overlap,
+            "missed": missed,
+            "workload_class": workload_class,
+            **options,
+        }
+        services, principal = self.system.services, self.principal
+
+        def mutation(tx: Tx, now: datetime) -> Outcome:
+            # Decoded inside the mutation, as at the HTTP edge: a refusal is recorded
+            # under the key like any other answer.
+            command = schedule_fields.decode_create(body)
+            return schedules.create(services, principal, command)(tx, now)
+
+        fingerprint = repr(sorted(body.items(), key=lambda item: item[0]))
+        result: dict[str, Any] = self._mutate(mutation, idempotency_key, fingerprint)
         return result
 
     def schedule_every(
@@ -204,7 +211,7 @@ class Scheduler:
     ) -> dict[str, Any]:
         """A recurring schedule every ``interval`` of elapsed time (RS-1); the overlap and
         missed policies have no default (behaviour after downtime is a choice)."""
-        spec: dict[str, Any] = {"interval_ms": int(interval.total_seconds() * 1000)}
+        spec: dict[str, Any] = {"interval_ms": interval // timedelta(milliseconds=1)}
         if starts_at is not None:
             spec["starts_at"] = starts_at
         return self._create_schedule(

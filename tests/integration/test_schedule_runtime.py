@@ -25,7 +25,7 @@ from punctual.domain.permissions import Role
 from punctual.domain.runs import DefinitionState, RunState
 from punctual.domain.timeutil import to_rfc3339
 from punctual.embedded import Scheduler
-from punctual.errors import InvalidRequest
+from punctual.errors import InvalidRequest, PunctualError
 from punctual.ports.records import CursorMove, WorkerRecord
 from punctual.usecases.recurring import schedules
 from punctual.usecases.recurring.generation import GenerationReport, generate
@@ -992,3 +992,34 @@ def test_the_embedded_api_meets_the_limits_of_http(rig: Rig) -> None:
         rig.every("no-policy", overlap=None)
     assert required.value.code == "policy_required"
     assert rig.admin.list_schedules()["items"] == []
+
+
+def test_an_embedded_refusal_is_decided_under_its_key(rig: Rig) -> None:
+    """The embedded API decodes inside the mutation, as HTTP does: a refused create is
+    recorded under its key, so the same key with another request is a reuse, not a create."""
+    for _ in range(2):
+        with pytest.raises(PunctualError) as refused:
+            rig.every("graceless", misfire_grace_ms=-1, idempotency_key="k-1")
+        assert refused.value.code == "validation_error"
+    with pytest.raises(PunctualError) as reused:
+        rig.every("graceful", idempotency_key="k-1")
+    assert reused.value.code == "idempotency_key_reused"
+    assert rig.admin.list_schedules()["items"] == []
+
+
+def test_a_grace_of_any_millisecond_is_stored_as_sent(rig: Rig) -> None:
+    """1,001 ms was stored as 1,000 (a float product rounded down), so an apply of the same
+    file never found the schedule unchanged."""
+    created = rig.every("precise", misfire_grace_ms=1001, catch_up_window=0.001)
+    assert rig.row(created["id"])["misfire_grace_ms"] == 1001
+    again = rig.alice.put_schedule_by_name(
+        "precise",
+        workflow="echo",
+        input=TICK,
+        spec={"interval_ms": 60_000},
+        overlap="allow_all",
+        missed="catch_up",
+        misfire_grace_ms=1001,
+        catch_up_window=0.001,
+    )
+    assert again["changed"] is False

@@ -197,3 +197,29 @@ def test_the_checks_against_the_mutations_time() -> None:
         check_jitter(huge, minutely, NOW)
     assert too_large.value.details["max_jitter_ms"] == 59_999
     assert too_large.value.details["jitter_ms"] == 10**15
+
+
+def test_a_body_with_several_problems_gets_one_answer_whatever_its_order() -> None:
+    """The table's order decides, never the body's (a set's order changes with the
+    process): plain problems before the first coded refusal are answered together."""
+    problems = {"version_policy": "bogus", "spec": {"cron": "nope"}, "max_catch_up": 0}
+    answers = set()
+    for ordered in (problems, dict(reversed(list(problems.items())))):
+        with pytest.raises(InvalidRequest) as refused:
+            decode_update("sch_1", 1, ordered)
+        answers.add((refused.value.code, refused.value.message))
+    assert len(answers) == 1
+    assert next(iter(answers))[0] == "invalid_cron"
+    with pytest.raises(InvalidRequest) as together:
+        decode_update("sch_1", 1, {"misfire_grace_ms": -1, "max_catch_up": 0})
+    assert together.value.code == "validation_error"
+    assert [e["loc"][-1] for e in together.value.details["errors"]] == [
+        "max_catch_up",
+        "misfire_grace_ms",
+    ]
+    with pytest.raises(InvalidRequest) as earlier_coded:
+        decode_update("sch_1", 1, {"max_catch_up": 0, "overlap": None})
+    assert earlier_coded.value.code == "policy_required"  # overlap comes first in the table
+    with pytest.raises(InvalidRequest) as earlier_plain:
+        decode_update("sch_1", 1, {"name": "", "spec": {"cron": "nope"}})
+    assert earlier_plain.value.code == "validation_error"  # so does name before spec

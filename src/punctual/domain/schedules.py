@@ -42,7 +42,7 @@ BACKFILL_LIMIT = 1_000
 """Fire times one backfill request may cover (RS-9b)."""
 JITTER_HORIZON = timedelta(days=366)
 """How far ahead the gaps between fires bound ``jitter_ms`` (RS-9d)."""
-MAX_JITTER_MS = int(JITTER_HORIZON / timedelta(milliseconds=1))
+MAX_JITTER_MS = JITTER_HORIZON // timedelta(milliseconds=1)
 """The bound for a spec with fewer than two fires in ``JITTER_HORIZON``."""
 
 
@@ -375,7 +375,7 @@ def jitter_delay(schedule_id: str, occurrence_at: datetime, jitter: timedelta) -
     """How much later than ``occurrence_at`` the occurrence is due: whole milliseconds in
     ``[0, jitter)``, the same for the same (schedule, occurrence_at) in every process and
     on every retry, so a regenerated plan never moves an occurrence."""
-    span = int(jitter / timedelta(milliseconds=1))
+    span = jitter // timedelta(milliseconds=1)
     if span <= 0:
         return timedelta(0)
     key = f"{schedule_id}|{occurrence_at.astimezone(UTC).isoformat()}".encode()
@@ -390,7 +390,7 @@ def max_jitter_ms(spec: RecurrenceSpec, now: datetime) -> int:
     gap = smallest_gap(spec, now, JITTER_HORIZON)
     if gap is None:
         return MAX_JITTER_MS
-    return min(int(gap / timedelta(milliseconds=1)) - 1, MAX_JITTER_MS)
+    return min(gap // timedelta(milliseconds=1) - 1, MAX_JITTER_MS)
 
 
 # --- end and count (RS-9c) ----------------------------------------------------------------

@@ -236,7 +236,7 @@ def check_jitter(jitter: timedelta, spec: RecurrenceSpec, now: datetime) -> None
     """``jitter_ms`` (RS-9d): shorter than the smallest gap between the spec's fires."""
     if not jitter:
         return
-    value = int(jitter / timedelta(milliseconds=1))
+    value = jitter // timedelta(milliseconds=1)
     largest = max_jitter_ms(spec, now)
     if value > largest:
         raise InvalidRequest(
@@ -259,7 +259,7 @@ def _same(value: Any) -> Any:
 
 
 def _milliseconds_of(value: timedelta) -> int:
-    return int(value / timedelta(milliseconds=1))
+    return value // timedelta(milliseconds=1)
 
 
 _REQUIRED: Any = object()
@@ -408,6 +408,34 @@ def _refuse_unknown(body: Mapping[str, Any], known: frozenset[str], verb: str) -
         )
 
 
+def _decoded(sent: Mapping[str, Any]) -> dict[str, Any]:
+    """Each sent field's domain value, in the table's order whatever the body's, so a body
+    with several problems always gets the same answer: the first field whose refusal has a
+    code of its own (``policy_required``, ``invalid_cron``…) stops it, and plain validation
+    problems before it are answered together, each in ``errors``."""
+    values: dict[str, Any] = {}
+    problems: list[InvalidRequest] = []
+    for f in FIELDS:
+        if f.name not in sent:
+            continue
+        try:
+            values[f.name] = f.decode(sent[f.name])
+        except InvalidRequest as refusal:
+            if refusal.code != InvalidRequest.code:
+                if not problems:
+                    raise
+                break
+            problems.append(refusal)
+    if len(problems) == 1:
+        raise problems[0]
+    if problems:
+        raise InvalidRequest(
+            "; ".join(p.message for p in problems),
+            errors=[e for p in problems for e in p.details.get("errors", [])],
+        )
+    return values
+
+
 def decode_create(body: Mapping[str, Any]) -> CreateSchedule:
     """A create from the fields sent; an omitted field takes its default, and ``name``,
     ``workflow``, ``input`` and ``spec`` are required."""
@@ -418,19 +446,19 @@ def decode_create(body: Mapping[str, Any]) -> CreateSchedule:
             errors=[{"loc": ["body", f], "msg": "required", "type": "missing"} for f in missing],
         )
     _refuse_unknown(body, EDITABLE, "set")
+    values = _decoded({f.name: body.get(f.name, f.default) for f in FIELDS})
     settings = _UNSET
     for f in FIELDS:
-        settings = f.write(settings, f.decode(body.get(f.name, f.default)))
+        settings = f.write(settings, values[f.name])
     return CreateSchedule(settings, body[INPUT])
 
 
 def decode_update(schedule_id: str, version: int, body: Mapping[str, Any]) -> UpdateSchedule:
     """An edit of the fields sent; one the table does not know is refused by name."""
     _refuse_unknown(body, EDITABLE, "changed")
-    changes = {
-        name: value if name == INPUT else BY_NAME[name].decode(value)
-        for name, value in body.items()
-    }
+    changes = _decoded(body)
+    if INPUT in body:
+        changes[INPUT] = body[INPUT]
     return UpdateSchedule(schedule_id, version, changes)
 
 

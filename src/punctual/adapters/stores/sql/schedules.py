@@ -40,6 +40,7 @@ from punctual.ports.records import (
 )
 
 _c = t.schedules.c
+_MILLISECOND = timedelta(milliseconds=1)
 _st = t.schedule_status.c
 _LIVE_NAME = next(index for index in t.schedules.indexes if index.name == "uq_schedules_live_name")
 
@@ -105,8 +106,8 @@ def policy_columns(policy: SchedulePolicy) -> dict[str, Any]:
         "missed": policy.missed.value,
         "max_catch_up": policy.max_catch_up,
         "catch_up_window_seconds": window.total_seconds() if window is not None else None,
-        "misfire_grace_ms": int(policy.misfire_grace.total_seconds() * 1000),
-        "jitter_ms": int(policy.jitter / timedelta(milliseconds=1)),
+        "misfire_grace_ms": policy.misfire_grace // _MILLISECOND,
+        "jitter_ms": policy.jitter // _MILLISECOND,
     }
 
 
