@@ -5,16 +5,17 @@ from __future__ import annotations
 
 from collections.abc import Callable
 from datetime import UTC, datetime
-from typing import Annotated, Any, Literal
+from typing import TYPE_CHECKING, Annotated, Any, Literal, get_args, get_origin
 
 from pydantic import (
     AfterValidator,
     BaseModel,
     ConfigDict,
     Field,
-    StrictBool,
+    Strict,
     StrictStr,
     StringConstraints,
+    create_model,
 )
 
 from punctual.domain.webhooks import MAX_URL_LENGTH
@@ -28,13 +29,13 @@ from punctual.usecases.outbound.webhooks import (
 from punctual.usecases.recurring.schedule_controls import BackfillSchedule, TriggerSchedule
 from punctual.usecases.recurring.schedule_fields import (
     MAX_SPAN_MS,
-    MAX_SPAN_SECONDS,
     NAME_MAX,
-    WORKLOAD_CLASS_MAX,
+    REQUIRED,
     CreateSchedule,
     UpsertByName,
     decode_create,
     decode_upsert,
+    in_body_order,
 )
 from punctual.usecases.recurring.transfer import TransferSchedule
 from punctual.usecases.scheduled.starts import CancelStart, CreateStart, RescheduleStart
@@ -47,9 +48,6 @@ Label = Annotated[str, StringConstraints(max_length=500)]
 # ``timedelta`` hold, so an absurd value is a 422 and never an overflow (a 500, SPEC FT-7).
 # A resource's version, as the contract has it: a JSON integer, 1 to a 64-bit column's maximum.
 Version = Annotated[int, Field(strict=True, ge=1, le=BIGINT_MAX)]
-Milliseconds = Annotated[int, Field(le=MAX_SPAN_MS)]
-Seconds = Annotated[float, Field(le=MAX_SPAN_SECONDS)]
-Count = Annotated[int, Field(le=BIGINT_MAX)]
 
 
 def representable_in_utc(value: datetime) -> datetime:
@@ -257,7 +255,53 @@ _REGRESSION = documented_as(
 )
 
 
-class CreateScheduleBody(_Body):
+def _on_the_wire(name: str, kind: Any, *, edit: bool) -> tuple[Any, dict[str, Any]]:
+    """A schedule field's type in a body and its schema's extras: an instant must fit UTC,
+    a spec's types and bounds are checked here (``check_spec``) and documented as its two
+    forms on a create, and a regression policy is documented by its body model."""
+    if name == "spec":
+        one_of = [CronSpecBody.model_json_schema(), IntervalSpecBody.model_json_schema()]
+        return Spec, {} if edit else {"json_schema_extra": {"oneOf": one_of}}
+    if name == "regression":
+        return kind, {"json_schema_extra": _REGRESSION}
+    return (Instant if kind is datetime else kind), {}
+
+
+def _strict(kind: Any) -> Any:
+    """``kind`` refusing any JSON value of another kind (``"5"`` for a number, ``1`` for a
+    boolean); a number of seconds may be an integer or a float."""
+    base, *bounds = get_args(kind) if get_origin(kind) is Annotated else (kind,)
+    if base is float:
+        return Annotated[int, Strict(), *bounds] | Annotated[float, Strict(), *bounds]
+    if base in (str, int, bool):
+        return Annotated[base, Strict(), *bounds]
+    return kind
+
+
+def _schedule_fields(*, edit: bool) -> dict[str, Any]:
+    """The fields of a schedule body, from the table of schedule fields: a create's take
+    their create defaults; an edit's are all optional, strictly typed, ``None`` unsent."""
+    fields: dict[str, Any] = {}
+    for name, kind, default in in_body_order():
+        wire, extras = _on_the_wire(name, kind, edit=edit)
+        if edit:
+            wire = _strict(wire)
+        if (edit or default is None) and wire is not Any:
+            wire = wire | None
+        value = None if edit else (... if default is REQUIRED else default)
+        fields[name] = (wire, Field(value, **extras))
+    return fields
+
+
+_ScheduleFields: type[BaseModel] = create_model(
+    "_ScheduleFields", __base__=_Body, **_schedule_fields(edit=False)
+)
+_ScheduleEdit: type[BaseModel] = create_model(
+    "_ScheduleEdit", version=(Version, ...), **_schedule_fields(edit=True)
+)
+
+
+class CreateScheduleBody(_ScheduleFields):
     """``overlap`` and ``missed`` have no default: behaviour after downtime is a choice."""
 
     model_config = ConfigDict(
@@ -293,33 +337,6 @@ class CreateScheduleBody(_Body):
         },
     )
 
-    name: str = Field(min_length=1, max_length=NAME_MAX)
-    workflow: str = Field(min_length=1, max_length=NAME_MAX)
-    input: Any
-    spec: Spec = Field(
-        json_schema_extra={
-            "oneOf": [CronSpecBody.model_json_schema(), IntervalSpecBody.model_json_schema()]
-        }
-    )
-    overlap: str | None = None
-    missed: str | None = None
-    max_catch_up: Count = 10
-    catch_up_window: Seconds | None = None
-    misfire_grace_ms: Milliseconds = 60_000
-    enabled: bool = True
-    version_policy: str = "active_at_fire"
-    workload_class: str = Field(default="standard", min_length=1, max_length=WORKLOAD_CLASS_MAX)
-    regression: dict[str, Any] | None = Field(default=None, json_schema_extra=_REGRESSION)
-    end_at: Instant | None = None
-    """No fire after it (RS-9c); in the past: ``end_at_in_past``."""
-    max_occurrences: Count | None = None
-    """How many of the spec's own fires it makes, at least 1 (RS-9c)."""
-    jitter_ms: Count = 0
-    """Delay each occurrence by a deterministic amount below it (RS-9d); at least the
-    smallest gap between fires: ``jitter_too_large`` with ``details.max_jitter_ms``."""
-    source: str | None = Field(default=None, min_length=1, max_length=NAME_MAX)
-    """The file of schedules it is applied from (``punctual schedules apply``)."""
-
     def command(self) -> CreateSchedule:
         return decode_create(self.model_dump(exclude_unset=True))
 
@@ -346,7 +363,7 @@ class PutScheduleBody(CreateScheduleBody):
         },
     )
 
-    name: str | None = Field(default=None, min_length=1, max_length=NAME_MAX)  # type: ignore[assignment]
+    name: str | None = Field(default=None, min_length=1, max_length=NAME_MAX)
     version: Version | None = None
 
     def command(self, name: str) -> UpsertByName:  # type: ignore[override]
@@ -393,14 +410,7 @@ class BackfillBody(_Body):
         return BackfillSchedule(schedule_id, self.start, self.to, self.overlap)
 
 
-StrictMilliseconds = Annotated[int, Field(strict=True, le=MAX_SPAN_MS)]
-StrictSeconds = (
-    Annotated[int, Field(strict=True, le=MAX_SPAN_SECONDS)]
-    | Annotated[float, Field(strict=True, le=MAX_SPAN_SECONDS)]
-)
-
-
-class PatchScheduleBody(BaseModel):
+class PatchScheduleBody(_ScheduleEdit):
     """``version`` plus the fields to change; which fields may change is the use case's rule.
 
     The editable fields are typed strictly (a JSON value of the field's own kind, never
@@ -408,28 +418,8 @@ class PatchScheduleBody(BaseModel):
     """
 
     model_config = ConfigDict(extra="allow")
-    version: Version
-    name: StrictStr | None = Field(default=None, min_length=1, max_length=NAME_MAX)
-    workflow: StrictStr | None = Field(default=None, min_length=1, max_length=NAME_MAX)
-    input: Any = None
-    spec: Spec | None = None
-    overlap: StrictStr | None = None
-    missed: StrictStr | None = None
-    max_catch_up: Annotated[int, Field(strict=True, le=BIGINT_MAX)] | None = None
-    catch_up_window: StrictSeconds | None = None
-    misfire_grace_ms: StrictMilliseconds | None = None
-    enabled: StrictBool | None = None
-    version_policy: StrictStr | None = None
-    workload_class: StrictStr | None = Field(
-        default=None, min_length=1, max_length=WORKLOAD_CLASS_MAX
-    )
-    regression: dict[str, Any] | None = Field(default=None, json_schema_extra=_REGRESSION)
-    end_at: Instant | None = None
-    """``null`` removes the end; a new end must not be in the past."""
-    max_occurrences: Annotated[int, Field(strict=True, le=BIGINT_MAX)] | None = None
-    """``null`` removes the limit; raising it extends an ended schedule."""
-    jitter_ms: Annotated[int, Field(strict=True, le=BIGINT_MAX)] | None = None
-    source: StrictStr | None = Field(default=None, min_length=1, max_length=NAME_MAX)
+    if TYPE_CHECKING:  # declared first, in the generated fields, so it leads the schema
+        version: int
 
     def changes(self) -> dict[str, Any]:
         """The fields the request sent (the ``None`` defaults are never applied), and the

@@ -16,11 +16,13 @@ cases, which call the helpers below.
 
 from __future__ import annotations
 
-from collections.abc import Callable, Mapping
+from collections.abc import Callable, Iterator, Mapping
 from dataclasses import dataclass, field, replace
 from datetime import datetime, timedelta
 from enum import StrEnum
-from typing import Any
+from typing import Annotated, Any
+
+from annotated_types import Le, MaxLen, MinLen
 
 from punctual.domain.recurrence import IntervalSpec, RecurrenceError, RecurrenceSpec
 from punctual.domain.schedules import (
@@ -262,7 +264,8 @@ def _milliseconds_of(value: timedelta) -> int:
     return value // timedelta(milliseconds=1)
 
 
-_REQUIRED: Any = object()
+REQUIRED: Any = object()
+"""The create default of a field a create must send."""
 _TIMEDELTA_MS = timedelta.max // timedelta(milliseconds=1)
 
 
@@ -277,12 +280,15 @@ class Field:
     write: Callable[[ScheduleSettings, Any], ScheduleSettings]
     encode: Callable[[Any], Any] = _same
     """The domain's value back into JSON, as the schedule's view shows it."""
-    default: Any = _REQUIRED
+    default: Any = REQUIRED
     """What a create takes when the field is omitted."""
     revises: bool = False
     """A ``PATCH`` of it starts a new revision (RS-5b)."""
     kept: bool = False
     """A ``PUT`` that omits it keeps the schedule's own (RS-9e)."""
+    json: Any = Any
+    """The JSON value a body carries (a type with ``annotated_types`` bounds), as request
+    bodies and OpenAPI declare it; ``decode`` stays the judge of what it means."""
 
 
 def _attribute(name: str, decode: Callable[[Any], Any], **rest: Any) -> Field:
@@ -311,46 +317,88 @@ def _instant(value: datetime | None) -> str | None:
     return to_rfc3339(value) if value is not None else None
 
 
+Name = Annotated[str, MinLen(1), MaxLen(NAME_MAX)]
+Count = Annotated[int, Le(BIGINT_MAX)]
+
 FIELDS: tuple[Field, ...] = (
-    _attribute("name", lambda v: _text("name", v, NAME_MAX)),
-    _attribute("workflow", lambda v: _text("workflow", v, NAME_MAX), revises=True),
-    _attribute("spec", decode_spec, encode=spec_to_json, revises=True),
-    _policy("overlap", "overlap", _choice("overlap", OverlapPolicy), encode=_value, default=None),
-    _policy("missed", "missed", _choice("missed", MissedPolicy), encode=_value, default=None),
+    _attribute("name", lambda v: _text("name", v, NAME_MAX), json=Name),
+    _attribute("workflow", lambda v: _text("workflow", v, NAME_MAX), revises=True, json=Name),
+    _attribute("spec", decode_spec, encode=spec_to_json, revises=True, json=dict[str, Any]),
+    _policy(
+        "overlap",
+        "overlap",
+        _choice("overlap", OverlapPolicy),
+        encode=_value,
+        default=None,
+        json=str,
+    ),
+    _policy(
+        "missed", "missed", _choice("missed", MissedPolicy), encode=_value, default=None, json=str
+    ),
     _policy(
         "max_catch_up",
         "max_catch_up",
         lambda v: _whole("max_catch_up", v, 1, MAX_CATCH_UP_LIMIT),
         default=10,
+        json=Count,
     ),
-    _policy("catch_up_window", "catch_up_window", _catch_up_window, encode=_seconds, default=None),
+    _policy(
+        "catch_up_window",
+        "catch_up_window",
+        _catch_up_window,
+        encode=_seconds,
+        default=None,
+        json=Annotated[float, Le(MAX_SPAN_SECONDS)],
+    ),
     _policy(
         "misfire_grace_ms",
         "misfire_grace",
         _milliseconds("misfire_grace_ms"),
         encode=_milliseconds_of,
         default=60_000,
+        json=Annotated[int, Le(MAX_SPAN_MS)],
     ),
-    _attribute("enabled", _enabled, default=True, kept=True),
-    _attribute("version_policy", _version_policy, encode=_value, default="active_at_fire"),
+    _attribute("enabled", _enabled, default=True, kept=True, json=bool),
+    _attribute(
+        "version_policy", _version_policy, encode=_value, default="active_at_fire", json=str
+    ),
     _attribute(
         "workload_class",
         lambda v: _text("workload_class", v, WORKLOAD_CLASS_MAX),
         default="standard",
+        json=Annotated[str, MinLen(1), MaxLen(WORKLOAD_CLASS_MAX)],
     ),
-    _attribute("regression", decode_regression, default=None),
-    _attribute("end_at", _end_at, encode=_instant, default=None),
-    _attribute("max_occurrences", _max_occurrences, default=None),
+    _attribute("regression", decode_regression, default=None, json=dict[str, Any]),
+    _attribute("end_at", _end_at, encode=_instant, default=None, json=datetime),
+    _attribute("max_occurrences", _max_occurrences, default=None, json=Count),
     _policy(
         "jitter_ms",
         "jitter",
         _milliseconds("jitter_ms", _TIMEDELTA_MS),  # check_jitter holds it to the spec's gaps
         encode=_milliseconds_of,
         default=0,
+        json=Count,
     ),
-    _attribute("source", lambda v: _optional_text("source", v, NAME_MAX), default=None, kept=True),
+    _attribute(
+        "source",
+        lambda v: _optional_text("source", v, NAME_MAX),
+        default=None,
+        kept=True,
+        json=Name,
+    ),
 )
 BY_NAME = {f.name: f for f in FIELDS}
+
+
+def in_body_order() -> Iterator[tuple[str, Any, Any]]:
+    """Each field a request body carries as (name, JSON type, create default), in the
+    contract's order: ``input`` follows the workflow it feeds."""
+    for f in FIELDS:
+        yield f.name, f.json, f.default
+        if f.name == "workflow":
+            yield INPUT, Any, REQUIRED
+
+
 EDITABLE = frozenset(BY_NAME) | {INPUT}
 REVISING = frozenset(f.name for f in FIELDS if f.revises) | {INPUT}
 _UNSET = ScheduleSettings(
