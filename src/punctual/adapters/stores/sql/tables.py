@@ -26,6 +26,22 @@ def _seq() -> sa.Column[Any]:
     return sa.Column("seq", Seq, primary_key=True, autoincrement=True)
 
 
+def _partial_index(
+    name: str, *columns: str | sa.Column[Any], where: str, unique: bool = False
+) -> sa.Index:
+    """An index over only the rows ``where`` selects, the same on both databases."""
+    predicate = sa.text(where)
+    return sa.Index(
+        name, *columns, unique=unique, postgresql_where=predicate, sqlite_where=predicate
+    )
+
+
+def _sweep_index(name: str, table: sa.Table, ended: str, where: str) -> None:
+    """A retention sweep's index: ``table``'s terminal rows (``where``), per tenant and by
+    when they ended (the column ``ended``)."""
+    _partial_index(name, table.c.tenant, table.c[ended], where=where)
+
+
 tenants = sa.Table(
     "tenants",
     metadata,
@@ -70,13 +86,7 @@ definitions = sa.Table(
     sa.UniqueConstraint("name", "version"),
     # At most one active version per name (WF-2); registrants and lifecycle changes of a
     # name also take a lock on it, so they queue instead of tripping over this index.
-    sa.Index(
-        "uq_definitions_active_name",
-        "name",
-        unique=True,
-        postgresql_where=sa.text("state = 'active'"),
-        sqlite_where=sa.text("state = 'active'"),
-    ),
+    _partial_index("uq_definitions_active_name", "name", where="state = 'active'", unique=True),
 )
 
 workers = sa.Table(
@@ -165,26 +175,11 @@ starts = sa.Table(
     sa.Column("rerun", sa.Integer, nullable=False, server_default=sa.text("0")),
     sa.UniqueConstraint("schedule_id", "occurrence_at", "rerun"),
     # The claim query's index: only pending rows, so a million finished starts cost nothing.
-    sa.Index(
-        "ix_starts_due",
-        "due_at",
-        postgresql_where=sa.text("state IN ('scheduled', 'dispatching')"),
-        sqlite_where=sa.text("state IN ('scheduled', 'dispatching')"),
-    ),
+    _partial_index("ix_starts_due", "due_at", where="state IN ('scheduled', 'dispatching')"),
     # The idle runner's look for expired claims, and the release of buffered occurrences:
     # both touch only a handful of rows however large the table grows.
-    sa.Index(
-        "ix_starts_claim_lease",
-        "lease_until",
-        postgresql_where=sa.text("state = 'dispatching'"),
-        sqlite_where=sa.text("state = 'dispatching'"),
-    ),
-    sa.Index(
-        "ix_starts_buffered",
-        "schedule_id",
-        postgresql_where=sa.text("state = 'buffered'"),
-        sqlite_where=sa.text("state = 'buffered'"),
-    ),
+    _partial_index("ix_starts_claim_lease", "lease_until", where="state = 'dispatching'"),
+    _partial_index("ix_starts_buffered", "schedule_id", where="state = 'buffered'"),
     sa.Index(None, "tenant", "seq"),
     sa.Index(None, "tenant", "business_request_id"),
     sa.Index(None, "tenant", "state"),
@@ -234,47 +229,20 @@ runs = sa.Table(
     # Follow-through of a schedule's run (CR-4, CR-5): 0 awaiting, 1 ``finalize_timed_out``
     # recorded while the run was live, 2 done. Only rows with a schedule_id are read.
     sa.Column("follow_up", sa.SmallInteger, nullable=False, server_default=sa.text("0")),
-    sa.Index(
-        "ix_runs_pending",
-        "task_queue",
-        "priority",
-        "seq",
-        postgresql_where=sa.text("state = 'pending'"),
-        sqlite_where=sa.text("state = 'pending'"),
-    ),
-    sa.Index(
-        "ix_runs_active",
-        "claimed_by",
-        postgresql_where=sa.text("state IN ('pending', 'running')"),
-        sqlite_where=sa.text("state IN ('pending', 'running')"),
-    ),
+    _partial_index("ix_runs_pending", "task_queue", "priority", "seq", where="state = 'pending'"),
+    _partial_index("ix_runs_active", "claimed_by", where="state IN ('pending', 'running')"),
     # The follow-through pass reads only awaiting runs, so its cost does not grow with
     # the history: ended ones to follow through, live ones past the deadline (CR-5).
-    sa.Index(
-        "ix_runs_follow_up_ended",
-        "ended_at",
-        postgresql_where=sa.text(FOLLOW_UP_ENDED),
-        sqlite_where=sa.text(FOLLOW_UP_ENDED),
-    ),
-    sa.Index(
-        "ix_runs_follow_up_overdue",
-        "created_at",
-        postgresql_where=sa.text(FOLLOW_UP_OVERDUE),
-        sqlite_where=sa.text(FOLLOW_UP_OVERDUE),
-    ),
+    _partial_index("ix_runs_follow_up_ended", "ended_at", where=FOLLOW_UP_ENDED),
+    _partial_index("ix_runs_follow_up_overdue", "created_at", where=FOLLOW_UP_OVERDUE),
     sa.Index(None, "tenant", "seq"),
     sa.Index(None, "tenant", "workflow"),
     sa.Index(None, "origin_id"),
     sa.Index(None, "schedule_id", "state"),
     # A schedule's last runs to end with an outcome, read a few at a time however long its
     # history (the follow-through's ``schedule_failing`` judgement, OP-2).
-    sa.Index(
-        "ix_runs_schedule_outcomes",
-        "schedule_id",
-        "ended_at",
-        "seq",
-        postgresql_where=sa.text(SCHEDULE_OUTCOMES),
-        sqlite_where=sa.text(SCHEDULE_OUTCOMES),
+    _partial_index(
+        "ix_runs_schedule_outcomes", "schedule_id", "ended_at", "seq", where=SCHEDULE_OUTCOMES
     ),
 )
 
@@ -315,20 +283,12 @@ schedules = sa.Table(
     sa.Column("jitter_ms", sa.BigInteger, nullable=False, server_default=sa.text("0")),
     sa.Column("source", sa.String(200)),
     # A name is unique among a tenant's live schedules (deleted ones keep their history).
-    sa.Index(
-        "uq_schedules_live_name",
-        "tenant",
-        "name",
-        unique=True,
-        postgresql_where=sa.text("deleted_at IS NULL"),
-        sqlite_where=sa.text("deleted_at IS NULL"),
+    _partial_index(
+        "uq_schedules_live_name", "tenant", "name", where="deleted_at IS NULL", unique=True
     ),
     # The generation pass's index: only schedules that can fire.
-    sa.Index(
-        "ix_schedules_next_fire",
-        "next_fire_at",
-        postgresql_where=sa.text("enabled AND deleted_at IS NULL"),
-        sqlite_where=sa.text("enabled AND deleted_at IS NULL"),
+    _partial_index(
+        "ix_schedules_next_fire", "next_fire_at", where="enabled AND deleted_at IS NULL"
     ),
     sa.Index(None, "tenant", "seq"),
     sa.Index(None, "tenant", "created_by"),
@@ -414,13 +374,8 @@ notifications = sa.Table(
     sa.Column("read_at", UTCDateTime),
     sa.Index(None, "tenant", "recipient", "seq"),
     # The unread feed stays cheap however much read history a person keeps.
-    sa.Index(
-        "ix_notifications_unread",
-        "tenant",
-        "recipient",
-        "seq",
-        postgresql_where=sa.text("read_at IS NULL"),
-        sqlite_where=sa.text("read_at IS NULL"),
+    _partial_index(
+        "ix_notifications_unread", "tenant", "recipient", "seq", where="read_at IS NULL"
     ),
 )
 
@@ -473,12 +428,7 @@ webhook_deliveries = sa.Table(
     sa.Column("created_at", UTCDateTime, nullable=False),
     sa.Column("updated_at", UTCDateTime, nullable=False),
     # The deliverer's claim reads only pending rows, however long the history.
-    sa.Index(
-        "ix_webhook_deliveries_due",
-        "next_attempt_at",
-        postgresql_where=sa.text("status = 'pending'"),
-        sqlite_where=sa.text("status = 'pending'"),
-    ),
+    _partial_index("ix_webhook_deliveries_due", "next_attempt_at", where="status = 'pending'"),
     sa.Index(None, "webhook_id", "seq"),
     sa.Index(None, "tenant", "status"),
 )
@@ -531,13 +481,7 @@ holds = sa.Table(
     sa.Column("placed_by_host", sa.Boolean, nullable=False),
     sa.Index(None, "tenant", "seq"),
     # Every sweep statement asks "is this row's subject held?" per candidate row.
-    sa.Index(
-        "ix_holds_active",
-        "tenant",
-        "subject_id",
-        postgresql_where=sa.text("released_at IS NULL"),
-        sqlite_where=sa.text("released_at IS NULL"),
-    ),
+    _partial_index("ix_holds_active", "tenant", "subject_id", where="released_at IS NULL"),
 )
 
 # One row per decided user mutation (CR-8), written in the mutation's transaction. No
@@ -571,62 +515,14 @@ ENDED_DELIVERIES = "status IN ('delivered', 'failed')"
 # and per tenant (each tenant has its own window), so a batch reads the rows it removes
 # and nothing else, however many live or recent rows a table holds. Rows enter them when
 # they end, never on the insert path of a create.
-sa.Index(
-    "ix_starts_terminal",
-    starts.c.tenant,
-    starts.c.updated_at,
-    postgresql_where=sa.text(TERMINAL_STARTS),
-    sqlite_where=sa.text(TERMINAL_STARTS),
-)
-sa.Index(
-    "ix_runs_ended",
-    runs.c.tenant,
-    runs.c.ended_at,
-    postgresql_where=sa.text("ended_at IS NOT NULL"),
-    sqlite_where=sa.text("ended_at IS NOT NULL"),
-)
-sa.Index(
-    "ix_findings_acknowledged",
-    findings.c.tenant,
-    findings.c.acknowledged_at,
-    postgresql_where=sa.text("acknowledged_at IS NOT NULL"),
-    sqlite_where=sa.text("acknowledged_at IS NOT NULL"),
-)
-sa.Index(
-    "ix_notifications_read",
-    notifications.c.tenant,
-    notifications.c.read_at,
-    postgresql_where=sa.text("read_at IS NOT NULL"),
-    sqlite_where=sa.text("read_at IS NOT NULL"),
-)
-sa.Index(
-    "ix_notifications_unread_age",
-    notifications.c.tenant,
-    notifications.c.created_at,
-    postgresql_where=sa.text("read_at IS NULL"),
-    sqlite_where=sa.text("read_at IS NULL"),
-)
-sa.Index(
-    "ix_webhook_deliveries_ended",
-    webhook_deliveries.c.tenant,
-    webhook_deliveries.c.updated_at,
-    postgresql_where=sa.text(ENDED_DELIVERIES),
-    sqlite_where=sa.text(ENDED_DELIVERIES),
-)
-sa.Index(
-    "ix_schedules_deleted",
-    schedules.c.tenant,
-    schedules.c.deleted_at,
-    postgresql_where=sa.text("deleted_at IS NOT NULL"),
-    sqlite_where=sa.text("deleted_at IS NOT NULL"),
-)
-sa.Index(
-    "ix_tokens_revoked",
-    tokens.c.tenant,
-    tokens.c.revoked_at,
-    postgresql_where=sa.text("revoked_at IS NOT NULL"),
-    sqlite_where=sa.text("revoked_at IS NOT NULL"),
-)
+_sweep_index("ix_starts_terminal", starts, "updated_at", TERMINAL_STARTS)
+_sweep_index("ix_runs_ended", runs, "ended_at", "ended_at IS NOT NULL")
+_sweep_index("ix_findings_acknowledged", findings, "acknowledged_at", "acknowledged_at IS NOT NULL")
+_sweep_index("ix_notifications_read", notifications, "read_at", "read_at IS NOT NULL")
+_sweep_index("ix_notifications_unread_age", notifications, "created_at", "read_at IS NULL")
+_sweep_index("ix_webhook_deliveries_ended", webhook_deliveries, "updated_at", ENDED_DELIVERIES)
+_sweep_index("ix_schedules_deleted", schedules, "deleted_at", "deleted_at IS NOT NULL")
+_sweep_index("ix_tokens_revoked", tokens, "revoked_at", "revoked_at IS NOT NULL")
 
 # The Temporal Schedules driver (CR-6): this store's installation id (the mark punctual
 # puts on the Temporal Schedules it owns) and, per schedule, how its Temporal copy stands.

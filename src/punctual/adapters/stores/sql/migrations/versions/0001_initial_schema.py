@@ -9,9 +9,9 @@ from __future__ import annotations
 
 import sqlalchemy as sa
 from alembic import op
-from sqlalchemy.dialects import postgresql
 
 from punctual.adapters.stores.sql import column_types
+from punctual.adapters.stores.sql.migrations.shared import create_partial_index, seq_column
 
 revision = "0001"
 down_revision = None
@@ -23,21 +23,12 @@ def upgrade() -> None:
 
     op.create_table(
         "definitions",
-        sa.Column(
-            "seq",
-            sa.BigInteger().with_variant(sa.Integer(), "sqlite"),
-            autoincrement=True,
-            nullable=False,
-        ),
+        seq_column(),
         sa.Column("name", sa.String(length=200), nullable=False),
         sa.Column("version", sa.String(length=100), nullable=False),
         sa.Column("state", sa.String(length=16), nullable=False),
         sa.Column("artifact", sa.String(length=200), nullable=False),
-        sa.Column(
-            "input_schema",
-            sa.JSON().with_variant(postgresql.JSONB(astext_type=sa.Text()), "postgresql"),
-            nullable=False,
-        ),
+        sa.Column("input_schema", column_types.JSONType, nullable=False),
         sa.Column("execution_timeout_seconds", sa.Float(), nullable=False),
         sa.Column("created_at", column_types.UTCDateTime(), nullable=False),
         sa.PrimaryKeyConstraint("seq", name=op.f("pk_definitions")),
@@ -45,12 +36,7 @@ def upgrade() -> None:
     )
     op.create_table(
         "findings",
-        sa.Column(
-            "seq",
-            sa.BigInteger().with_variant(sa.Integer(), "sqlite"),
-            autoincrement=True,
-            nullable=False,
-        ),
+        seq_column(),
         sa.Column("id", sa.String(length=40), nullable=False),
         sa.Column("tenant", sa.String(length=64), nullable=False),
         sa.Column("kind", sa.String(length=64), nullable=False),
@@ -76,11 +62,7 @@ def upgrade() -> None:
         sa.Column("owner", sa.String(length=40), nullable=False),
         sa.Column("lease_until", column_types.UTCDateTime(), nullable=False),
         sa.Column("status_code", sa.Integer(), nullable=True),
-        sa.Column(
-            "response",
-            sa.JSON().with_variant(postgresql.JSONB(astext_type=sa.Text()), "postgresql"),
-            nullable=True,
-        ),
+        sa.Column("response", column_types.JSONType, nullable=True),
         sa.Column("resource_id", sa.String(length=40), nullable=True),
         sa.Column("created_at", column_types.UTCDateTime(), nullable=False),
         sa.Column("decided_at", column_types.UTCDateTime(), nullable=True),
@@ -101,36 +83,19 @@ def upgrade() -> None:
     )
     op.create_table(
         "runs",
-        sa.Column(
-            "seq",
-            sa.BigInteger().with_variant(sa.Integer(), "sqlite"),
-            autoincrement=True,
-            nullable=False,
-        ),
+        seq_column(),
         sa.Column("id", sa.String(length=40), nullable=False),
         sa.Column("tenant", sa.String(length=64), nullable=False),
         sa.Column("workflow", sa.String(length=200), nullable=False),
         sa.Column("definition_version", sa.String(length=100), nullable=False),
         sa.Column("artifact", sa.String(length=200), nullable=False),
         sa.Column("state", sa.String(length=16), nullable=False),
-        sa.Column(
-            "origin",
-            sa.JSON().with_variant(postgresql.JSONB(astext_type=sa.Text()), "postgresql"),
-            nullable=False,
-        ),
+        sa.Column("origin", column_types.JSONType, nullable=False),
         sa.Column("origin_id", sa.String(length=40), nullable=False),
         sa.Column("started_by", sa.String(length=200), nullable=False),
         sa.Column("attempts", sa.Integer(), nullable=False),
-        sa.Column(
-            "result",
-            sa.JSON().with_variant(postgresql.JSONB(astext_type=sa.Text()), "postgresql"),
-            nullable=True,
-        ),
-        sa.Column(
-            "error",
-            sa.JSON().with_variant(postgresql.JSONB(astext_type=sa.Text()), "postgresql"),
-            nullable=True,
-        ),
+        sa.Column("result", column_types.JSONType, nullable=True),
+        sa.Column("error", column_types.JSONType, nullable=True),
         sa.Column("input", sa.LargeBinary(), nullable=False),
         sa.Column("input_key_id", sa.String(length=64), nullable=False),
         sa.Column("task_queue", sa.String(length=200), nullable=False),
@@ -147,20 +112,12 @@ def upgrade() -> None:
         sa.UniqueConstraint("id", name=op.f("uq_runs_id")),
     )
     with op.batch_alter_table("runs", schema=None) as batch_op:
-        batch_op.create_index(
-            "ix_runs_active",
-            ["claimed_by"],
-            unique=False,
-            postgresql_where=sa.text("state IN ('pending', 'running')"),
-            sqlite_where=sa.text("state IN ('pending', 'running')"),
+        create_partial_index(
+            batch_op, "ix_runs_active", ["claimed_by"], "state IN ('pending', 'running')"
         )
         batch_op.create_index(batch_op.f("ix_runs_origin_id"), ["origin_id"], unique=False)
-        batch_op.create_index(
-            "ix_runs_pending",
-            ["task_queue", "priority", "seq"],
-            unique=False,
-            postgresql_where=sa.text("state = 'pending'"),
-            sqlite_where=sa.text("state = 'pending'"),
+        create_partial_index(
+            batch_op, "ix_runs_pending", ["task_queue", "priority", "seq"], "state = 'pending'"
         )
         batch_op.create_index(batch_op.f("ix_runs_tenant_seq"), ["tenant", "seq"], unique=False)
         batch_op.create_index(
@@ -169,12 +126,7 @@ def upgrade() -> None:
 
     op.create_table(
         "starts",
-        sa.Column(
-            "seq",
-            sa.BigInteger().with_variant(sa.Integer(), "sqlite"),
-            autoincrement=True,
-            nullable=False,
-        ),
+        seq_column(),
         sa.Column("id", sa.String(length=40), nullable=False),
         sa.Column("tenant", sa.String(length=64), nullable=False),
         sa.Column("workflow", sa.String(length=200), nullable=False),
@@ -182,11 +134,7 @@ def upgrade() -> None:
         sa.Column("start_at", column_types.UTCDateTime(), nullable=False),
         sa.Column("time_zone", sa.String(length=64), nullable=True),
         sa.Column("workload_class", sa.String(length=64), nullable=False),
-        sa.Column(
-            "attributes",
-            sa.JSON().with_variant(postgresql.JSONB(astext_type=sa.Text()), "postgresql"),
-            nullable=False,
-        ),
+        sa.Column("attributes", column_types.JSONType, nullable=False),
         sa.Column("traceparent", sa.String(length=55), nullable=True),
         sa.Column("input", sa.LargeBinary(), nullable=False),
         sa.Column("input_key_id", sa.String(length=64), nullable=False),
@@ -195,11 +143,7 @@ def upgrade() -> None:
         sa.Column("attempts", sa.Integer(), nullable=False),
         sa.Column("due_at", column_types.UTCDateTime(), nullable=False),
         sa.Column("next_attempt_at", column_types.UTCDateTime(), nullable=True),
-        sa.Column(
-            "last_error",
-            sa.JSON().with_variant(postgresql.JSONB(astext_type=sa.Text()), "postgresql"),
-            nullable=True,
-        ),
+        sa.Column("last_error", column_types.JSONType, nullable=True),
         sa.Column("reason", sa.String(length=300), nullable=True),
         sa.Column("created_by", sa.String(length=200), nullable=False),
         sa.Column("created_at", column_types.UTCDateTime(), nullable=False),
@@ -215,12 +159,8 @@ def upgrade() -> None:
         sa.UniqueConstraint("run_id", name=op.f("uq_starts_run_id")),
     )
     with op.batch_alter_table("starts", schema=None) as batch_op:
-        batch_op.create_index(
-            "ix_starts_due",
-            ["due_at"],
-            unique=False,
-            postgresql_where=sa.text("state IN ('scheduled', 'dispatching')"),
-            sqlite_where=sa.text("state IN ('scheduled', 'dispatching')"),
+        create_partial_index(
+            batch_op, "ix_starts_due", ["due_at"], "state IN ('scheduled', 'dispatching')"
         )
         batch_op.create_index(
             batch_op.f("ix_starts_tenant_business_request_id"),
@@ -240,12 +180,7 @@ def upgrade() -> None:
     )
     op.create_table(
         "tokens",
-        sa.Column(
-            "seq",
-            sa.BigInteger().with_variant(sa.Integer(), "sqlite"),
-            autoincrement=True,
-            nullable=False,
-        ),
+        seq_column(),
         sa.Column("id", sa.String(length=40), nullable=False),
         sa.Column("tenant", sa.String(length=64), nullable=False),
         sa.Column("subject", sa.String(length=200), nullable=False),
@@ -267,16 +202,8 @@ def upgrade() -> None:
         sa.Column("id", sa.String(length=40), nullable=False),
         sa.Column("engine", sa.String(length=16), nullable=False),
         sa.Column("host", sa.String(length=200), nullable=False),
-        sa.Column(
-            "task_queues",
-            sa.JSON().with_variant(postgresql.JSONB(astext_type=sa.Text()), "postgresql"),
-            nullable=False,
-        ),
-        sa.Column(
-            "loaded",
-            sa.JSON().with_variant(postgresql.JSONB(astext_type=sa.Text()), "postgresql"),
-            nullable=False,
-        ),
+        sa.Column("task_queues", column_types.JSONType, nullable=False),
+        sa.Column("loaded", column_types.JSONType, nullable=False),
         sa.Column("slots", sa.Integer(), nullable=False),
         sa.Column("started_at", column_types.UTCDateTime(), nullable=False),
         sa.Column("heartbeat_at", column_types.UTCDateTime(), nullable=False),
@@ -297,27 +224,15 @@ def downgrade() -> None:
         batch_op.drop_index(batch_op.f("ix_starts_tenant_state"))
         batch_op.drop_index(batch_op.f("ix_starts_tenant_seq"))
         batch_op.drop_index(batch_op.f("ix_starts_tenant_business_request_id"))
-        batch_op.drop_index(
-            "ix_starts_due",
-            postgresql_where=sa.text("state IN ('scheduled', 'dispatching')"),
-            sqlite_where=sa.text("state IN ('scheduled', 'dispatching')"),
-        )
+        batch_op.drop_index("ix_starts_due")
 
     op.drop_table("starts")
     with op.batch_alter_table("runs", schema=None) as batch_op:
         batch_op.drop_index(batch_op.f("ix_runs_tenant_workflow"))
         batch_op.drop_index(batch_op.f("ix_runs_tenant_seq"))
-        batch_op.drop_index(
-            "ix_runs_pending",
-            postgresql_where=sa.text("state = 'pending'"),
-            sqlite_where=sa.text("state = 'pending'"),
-        )
+        batch_op.drop_index("ix_runs_pending")
         batch_op.drop_index(batch_op.f("ix_runs_origin_id"))
-        batch_op.drop_index(
-            "ix_runs_active",
-            postgresql_where=sa.text("state IN ('pending', 'running')"),
-            sqlite_where=sa.text("state IN ('pending', 'running')"),
-        )
+        batch_op.drop_index("ix_runs_active")
 
     op.drop_table("runs")
     op.drop_table("members")

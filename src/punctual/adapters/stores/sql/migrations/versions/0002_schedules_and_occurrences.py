@@ -9,9 +9,9 @@ from __future__ import annotations
 
 import sqlalchemy as sa
 from alembic import op
-from sqlalchemy.dialects import postgresql
 
 from punctual.adapters.stores.sql import column_types
+from punctual.adapters.stores.sql.migrations.shared import create_partial_index, seq_column
 
 revision = "0002"
 down_revision = "0001"
@@ -22,23 +22,14 @@ depends_on = None
 def upgrade() -> None:
     op.create_table(
         "schedules",
-        sa.Column(
-            "seq",
-            sa.BigInteger().with_variant(sa.Integer(), "sqlite"),
-            autoincrement=True,
-            nullable=False,
-        ),
+        seq_column(),
         sa.Column("id", sa.String(length=40), nullable=False),
         sa.Column("tenant", sa.String(length=64), nullable=False),
         sa.Column("name", sa.String(length=200), nullable=False),
         sa.Column("workflow", sa.String(length=200), nullable=False),
         sa.Column("input", sa.LargeBinary(), nullable=False),
         sa.Column("input_key_id", sa.String(length=64), nullable=False),
-        sa.Column(
-            "spec",
-            sa.JSON().with_variant(postgresql.JSONB(astext_type=sa.Text()), "postgresql"),
-            nullable=False,
-        ),
+        sa.Column("spec", column_types.JSONType, nullable=False),
         sa.Column("overlap", sa.String(length=16), nullable=False),
         sa.Column("missed", sa.String(length=16), nullable=False),
         sa.Column("max_catch_up", sa.Integer(), nullable=False),
@@ -50,11 +41,7 @@ def upgrade() -> None:
         sa.Column("version_policy", sa.String(length=16), nullable=False),
         sa.Column("pinned_version", sa.String(length=100), nullable=True),
         sa.Column("workload_class", sa.String(length=64), nullable=False),
-        sa.Column(
-            "regression",
-            sa.JSON().with_variant(postgresql.JSONB(astext_type=sa.Text()), "postgresql"),
-            nullable=True,
-        ),
+        sa.Column("regression", column_types.JSONType, nullable=True),
         sa.Column("created_by", sa.String(length=200), nullable=False),
         sa.Column("cursor", column_types.UTCDateTime(), nullable=False),
         sa.Column("next_fire_at", column_types.UTCDateTime(), nullable=True),
@@ -68,12 +55,8 @@ def upgrade() -> None:
         sa.UniqueConstraint("id", name=op.f("uq_schedules_id")),
     )
     with op.batch_alter_table("schedules", schema=None) as batch_op:
-        batch_op.create_index(
-            "ix_schedules_next_fire",
-            ["next_fire_at"],
-            unique=False,
-            postgresql_where=sa.text("enabled AND deleted_at IS NULL"),
-            sqlite_where=sa.text("enabled AND deleted_at IS NULL"),
+        create_partial_index(
+            batch_op, "ix_schedules_next_fire", ["next_fire_at"], "enabled AND deleted_at IS NULL"
         )
         batch_op.create_index(
             batch_op.f("ix_schedules_tenant_created_by"), ["tenant", "created_by"], unique=False
@@ -81,12 +64,12 @@ def upgrade() -> None:
         batch_op.create_index(
             batch_op.f("ix_schedules_tenant_seq"), ["tenant", "seq"], unique=False
         )
-        batch_op.create_index(
+        create_partial_index(
+            batch_op,
             "uq_schedules_live_name",
             ["tenant", "name"],
+            "deleted_at IS NULL",
             unique=True,
-            postgresql_where=sa.text("deleted_at IS NULL"),
-            sqlite_where=sa.text("deleted_at IS NULL"),
         )
 
     with op.batch_alter_table("runs", schema=None) as batch_op:
@@ -132,17 +115,9 @@ def downgrade() -> None:
         batch_op.drop_column("schedule_id")
 
     with op.batch_alter_table("schedules", schema=None) as batch_op:
-        batch_op.drop_index(
-            "uq_schedules_live_name",
-            postgresql_where=sa.text("deleted_at IS NULL"),
-            sqlite_where=sa.text("deleted_at IS NULL"),
-        )
+        batch_op.drop_index("uq_schedules_live_name")
         batch_op.drop_index(batch_op.f("ix_schedules_tenant_seq"))
         batch_op.drop_index(batch_op.f("ix_schedules_tenant_created_by"))
-        batch_op.drop_index(
-            "ix_schedules_next_fire",
-            postgresql_where=sa.text("enabled AND deleted_at IS NULL"),
-            sqlite_where=sa.text("enabled AND deleted_at IS NULL"),
-        )
+        batch_op.drop_index("ix_schedules_next_fire")
 
     op.drop_table("schedules")

@@ -7,8 +7,9 @@ Create Date: 2026-11-29
 
 from __future__ import annotations
 
-import sqlalchemy as sa
 from alembic import op
+
+from punctual.adapters.stores.sql.migrations.shared import create_partial_index
 
 revision = "0003"
 down_revision = "0002"
@@ -18,20 +19,10 @@ depends_on = None
 
 def upgrade() -> None:
     with op.batch_alter_table("starts", schema=None) as batch_op:
-        batch_op.create_index(
-            "ix_starts_claim_lease",
-            ["lease_until"],
-            unique=False,
-            postgresql_where=sa.text("state = 'dispatching'"),
-            sqlite_where=sa.text("state = 'dispatching'"),
+        create_partial_index(
+            batch_op, "ix_starts_claim_lease", ["lease_until"], "state = 'dispatching'"
         )
-        batch_op.create_index(
-            "ix_starts_buffered",
-            ["schedule_id"],
-            unique=False,
-            postgresql_where=sa.text("state = 'buffered'"),
-            sqlite_where=sa.text("state = 'buffered'"),
-        )
+        create_partial_index(batch_op, "ix_starts_buffered", ["schedule_id"], "state = 'buffered'")
 
 
 def downgrade() -> None:

@@ -18,6 +18,7 @@ Create Date: 2026-12-01
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from typing import Any
 
 import sqlalchemy as sa
@@ -64,40 +65,71 @@ def coded_error(state: str, error: dict[str, Any]) -> dict[str, Any]:
     return {**coded, **extra}
 
 
+def _coded_run_error(row: sa.Row[Any]) -> dict[str, Any] | None:
+    """A run's error in the 0006 shape, where it is not in it yet."""
+    if isinstance(row.error, dict) and "code" not in row.error:
+        return coded_error(row.state, row.error)
+    return None
+
+
 _SCRUBBED_VALIDATION = (
     "the input did not validate; the validation message was removed by migration 0006 "
     "because it could quote the input"
 )
 
 
-def _scrub_validation_messages(conn: sa.Connection) -> None:
-    """FT-4 for what was stored before it: the old messages are replaced, the facts kept."""
-    starts = sa.table(
-        "starts",
+def _rewrite_in_pages(
+    conn: sa.Connection,
+    table_name: str,
+    column: sa.ColumnClause[Any],
+    rewrite: Callable[[sa.Row[Any]], dict[str, Any] | None],
+    *,
+    reading: tuple[str, ...] = (),
+) -> None:
+    """Stores what ``rewrite`` makes of each row whose ``column`` is set (None: keep it), a
+    page of rows at a time in ``seq`` order; it reads ``id``, ``column`` and the text columns
+    named in ``reading``."""
+    table = sa.table(
+        table_name,
         sa.column("seq", sa.BigInteger()),
         sa.column("id", sa.String()),
-        sa.column("last_error", column_types.JSONType),
+        *(sa.column(name, sa.String()) for name in reading),
+        column,
     )
     after = 0
     while page := conn.execute(
-        sa.select(starts.c.seq, starts.c.id, starts.c.last_error)
-        .where(starts.c.seq > after, starts.c.last_error.is_not(None))
-        .order_by(starts.c.seq)
+        sa.select(table)
+        .where(table.c.seq > after, column.is_not(None))
+        .order_by(table.c.seq)
         .limit(_BATCH)
     ).all():
         after = page[-1].seq
         changed = [
-            {"b_id": row.id, "b_error": {**row.last_error, "message": _SCRUBBED_VALIDATION}}
+            {"b_id": row.id, "b_value": value}
             for row in page
-            if isinstance(row.last_error, dict) and row.last_error.get("code") == "input_rejected"
+            if (value := rewrite(row)) is not None
         ]
         if changed:
             conn.execute(
-                sa.update(starts)
-                .where(starts.c.id == sa.bindparam("b_id"))
-                .values(last_error=sa.bindparam("b_error")),
+                sa.update(table)
+                .where(table.c.id == sa.bindparam("b_id"))
+                .values({column: sa.bindparam("b_value")}),
                 changed,
             )
+
+
+def _scrubbed_start_error(row: sa.Row[Any]) -> dict[str, Any] | None:
+    """A start's ``input_rejected`` error without its old message."""
+    error = row.last_error
+    if isinstance(error, dict) and error.get("code") == "input_rejected":
+        return {**error, "message": _SCRUBBED_VALIDATION}
+    return None
+
+
+def _scrub_validation_messages(conn: sa.Connection) -> None:
+    """FT-4 for what was stored before it: the old messages are replaced, the facts kept."""
+    last_error = sa.column("last_error", column_types.JSONType)
+    _rewrite_in_pages(conn, "starts", last_error, _scrubbed_start_error)
     findings = sa.table(
         "findings",
         sa.column("kind", sa.String()),
@@ -159,38 +191,10 @@ def upgrade() -> None:
         "UPDATE runs SET claim_token = claimed_by || '/' || CAST(attempts AS VARCHAR(20)) "
         "WHERE state = 'running' AND claimed_by IS NOT NULL"
     )
-    runs = sa.table(
-        "runs",
-        sa.column("seq", sa.BigInteger()),
-        sa.column("id", sa.String()),
-        sa.column("state", sa.String()),
-        sa.column("error", column_types.OutcomeJSON()),
-    )
     conn = op.get_bind()
     _scrub_validation_messages(conn)
-    after = 0
-    while True:
-        page = conn.execute(
-            sa.select(runs.c.seq, runs.c.id, runs.c.state, runs.c.error)
-            .where(runs.c.seq > after, runs.c.error.is_not(None))
-            .order_by(runs.c.seq)
-            .limit(_BATCH)
-        ).all()
-        if not page:
-            return
-        after = page[-1].seq
-        changed = [
-            {"b_id": row.id, "b_error": coded_error(row.state, row.error)}
-            for row in page
-            if isinstance(row.error, dict) and "code" not in row.error
-        ]
-        if changed:
-            conn.execute(
-                sa.update(runs)
-                .where(runs.c.id == sa.bindparam("b_id"))
-                .values(error=sa.bindparam("b_error")),
-                changed,
-            )
+    error = sa.column("error", column_types.OutcomeJSON())
+    _rewrite_in_pages(conn, "runs", error, _coded_run_error, reading=("state",))
 
 
 def downgrade() -> None:

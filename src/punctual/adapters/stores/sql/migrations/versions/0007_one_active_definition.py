@@ -12,8 +12,9 @@ Create Date: 2026-12-01
 
 from __future__ import annotations
 
-import sqlalchemy as sa
 from alembic import op
+
+from punctual.adapters.stores.sql.migrations.shared import create_partial_index
 
 revision = "0007"
 down_revision = "0006"
@@ -28,12 +29,8 @@ def upgrade() -> None:
         "WHERE earliest.name = definitions.name AND earliest.state = 'active')"
     )
     with op.batch_alter_table("definitions", schema=None) as batch_op:
-        batch_op.create_index(
-            "uq_definitions_active_name",
-            ["name"],
-            unique=True,
-            postgresql_where=sa.text("state = 'active'"),
-            sqlite_where=sa.text("state = 'active'"),
+        create_partial_index(
+            batch_op, "uq_definitions_active_name", ["name"], "state = 'active'", unique=True
         )
 
 

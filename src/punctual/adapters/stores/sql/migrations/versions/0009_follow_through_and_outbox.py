@@ -21,6 +21,7 @@ import sqlalchemy as sa
 from alembic import op
 
 from punctual.adapters.stores.sql import column_types
+from punctual.adapters.stores.sql.migrations.shared import create_partial_index, seq_column
 
 revision = "0009"
 down_revision = "0008"
@@ -29,7 +30,6 @@ depends_on = None
 
 _FOLLOW_UP_ENDED = "schedule_id IS NOT NULL AND follow_up < 2 AND ended_at IS NOT NULL"
 _FOLLOW_UP_OVERDUE = "schedule_id IS NOT NULL AND follow_up = 0 AND ended_at IS NULL"
-_Seq = sa.BigInteger().with_variant(sa.Integer(), "sqlite")
 
 
 def upgrade() -> None:
@@ -39,19 +39,9 @@ def upgrade() -> None:
         )
     op.execute("UPDATE runs SET follow_up = 2")
     with op.batch_alter_table("runs", schema=None) as batch_op:
-        batch_op.create_index(
-            "ix_runs_follow_up_ended",
-            ["ended_at"],
-            unique=False,
-            postgresql_where=sa.text(_FOLLOW_UP_ENDED),
-            sqlite_where=sa.text(_FOLLOW_UP_ENDED),
-        )
-        batch_op.create_index(
-            "ix_runs_follow_up_overdue",
-            ["created_at"],
-            unique=False,
-            postgresql_where=sa.text(_FOLLOW_UP_OVERDUE),
-            sqlite_where=sa.text(_FOLLOW_UP_OVERDUE),
+        create_partial_index(batch_op, "ix_runs_follow_up_ended", ["ended_at"], _FOLLOW_UP_ENDED)
+        create_partial_index(
+            batch_op, "ix_runs_follow_up_overdue", ["created_at"], _FOLLOW_UP_OVERDUE
         )
 
     with op.batch_alter_table("schedule_status", schema=None) as batch_op:
@@ -79,7 +69,7 @@ def upgrade() -> None:
 
     op.create_table(
         "notifications",
-        sa.Column("seq", _Seq, autoincrement=True, nullable=False),
+        seq_column(),
         sa.Column("id", sa.String(length=40), nullable=False),
         sa.Column("tenant", sa.String(length=64), nullable=False),
         sa.Column("recipient", sa.String(length=200), nullable=False),
@@ -102,17 +92,13 @@ def upgrade() -> None:
             ["tenant", "recipient", "seq"],
             unique=False,
         )
-        batch_op.create_index(
-            "ix_notifications_unread",
-            ["tenant", "recipient", "seq"],
-            unique=False,
-            postgresql_where=sa.text("read_at IS NULL"),
-            sqlite_where=sa.text("read_at IS NULL"),
+        create_partial_index(
+            batch_op, "ix_notifications_unread", ["tenant", "recipient", "seq"], "read_at IS NULL"
         )
 
     op.create_table(
         "webhooks",
-        sa.Column("seq", _Seq, autoincrement=True, nullable=False),
+        seq_column(),
         sa.Column("id", sa.String(length=40), nullable=False),
         sa.Column("tenant", sa.String(length=64), nullable=False),
         sa.Column("url", sa.LargeBinary(), nullable=False),
@@ -133,7 +119,7 @@ def upgrade() -> None:
 
     op.create_table(
         "webhook_deliveries",
-        sa.Column("seq", _Seq, autoincrement=True, nullable=False),
+        seq_column(),
         sa.Column("id", sa.String(length=40), nullable=False),
         sa.Column("tenant", sa.String(length=64), nullable=False),
         sa.Column("webhook_id", sa.String(length=40), nullable=False),
@@ -153,12 +139,8 @@ def upgrade() -> None:
         sa.UniqueConstraint("id", name=op.f("uq_webhook_deliveries_id")),
     )
     with op.batch_alter_table("webhook_deliveries", schema=None) as batch_op:
-        batch_op.create_index(
-            "ix_webhook_deliveries_due",
-            ["next_attempt_at"],
-            unique=False,
-            postgresql_where=sa.text("status = 'pending'"),
-            sqlite_where=sa.text("status = 'pending'"),
+        create_partial_index(
+            batch_op, "ix_webhook_deliveries_due", ["next_attempt_at"], "status = 'pending'"
         )
         batch_op.create_index(
             batch_op.f("ix_webhook_deliveries_webhook_id_seq"),

@@ -20,13 +20,13 @@ import sqlalchemy as sa
 from alembic import op
 
 from punctual.adapters.stores.sql import column_types
+from punctual.adapters.stores.sql.migrations.shared import create_partial_index, seq_column
 
 revision = "0011"
 down_revision = "0010"
 branch_labels = None
 depends_on = None
 
-_Seq = sa.BigInteger().with_variant(sa.Integer(), "sqlite")
 _TERMINAL_STARTS = "state IN ('failed', 'canceled', 'skipped')"
 _ENDED_DELIVERIES = "status IN ('delivered', 'failed')"
 
@@ -61,7 +61,7 @@ _SWEEP_INDEXES = [
 def upgrade() -> None:
     op.create_table(
         "holds",
-        sa.Column("seq", _Seq, autoincrement=True, nullable=False),
+        seq_column(),
         sa.Column("id", sa.String(length=40), nullable=False),
         sa.Column("tenant", sa.String(length=64), nullable=False),
         sa.Column("subject_kind", sa.String(length=16), nullable=False),
@@ -77,17 +77,13 @@ def upgrade() -> None:
     )
     with op.batch_alter_table("holds", schema=None) as batch_op:
         batch_op.create_index(batch_op.f("ix_holds_tenant_seq"), ["tenant", "seq"], unique=False)
-        batch_op.create_index(
-            "ix_holds_active",
-            ["tenant", "subject_id"],
-            unique=False,
-            postgresql_where=sa.text("released_at IS NULL"),
-            sqlite_where=sa.text("released_at IS NULL"),
+        create_partial_index(
+            batch_op, "ix_holds_active", ["tenant", "subject_id"], "released_at IS NULL"
         )
 
     op.create_table(
         "audit_log",
-        sa.Column("seq", _Seq, autoincrement=True, nullable=False),
+        seq_column(),
         sa.Column("id", sa.String(length=40), nullable=False),
         sa.Column("tenant", sa.String(length=64), nullable=False),
         sa.Column("at", column_types.UTCDateTime(), nullable=False),
@@ -117,13 +113,7 @@ def upgrade() -> None:
 
     for table, name, columns, predicate in _SWEEP_INDEXES:
         with op.batch_alter_table(table, schema=None) as batch_op:
-            batch_op.create_index(
-                name,
-                columns,
-                unique=False,
-                postgresql_where=sa.text(predicate),
-                sqlite_where=sa.text(predicate),
-            )
+            create_partial_index(batch_op, name, columns, predicate)
 
     with op.batch_alter_table("idempotency_keys", schema=None) as batch_op:
         batch_op.drop_index("ix_idempotency_keys_decided_at")

@@ -30,6 +30,7 @@ import sqlalchemy as sa
 from alembic import op
 
 from punctual.adapters.stores.sql import column_types
+from punctual.adapters.stores.sql.migrations import pending_counter
 
 revision = "0012"
 down_revision = "0011"
@@ -51,72 +52,16 @@ def _pending(row: str, with_backfill: bool) -> str:
 
 def _pg_function(with_backfill: bool) -> str:
     """0008's statement-level counter, with the pending predicate of this revision."""
-
-    def pending(table: str) -> str:
-        return _pending(table, with_backfill)
-
-    return f"""
-CREATE OR REPLACE FUNCTION punctual_pending_start_deltas() RETURNS trigger
-LANGUAGE plpgsql AS $$
-BEGIN
-    IF TG_OP = 'INSERT' THEN
-        INSERT INTO pending_start_counts (tenant, workload_class, delta)
-        SELECT tenant, workload_class, count(*) FROM new_rows
-        WHERE {pending("new_rows")}
-        GROUP BY tenant, workload_class;
-    ELSIF TG_OP = 'DELETE' THEN
-        INSERT INTO pending_start_counts (tenant, workload_class, delta)
-        SELECT tenant, workload_class, -count(*) FROM old_rows
-        WHERE {pending("old_rows")}
-        GROUP BY tenant, workload_class;
-    ELSE
-        INSERT INTO pending_start_counts (tenant, workload_class, delta)
-        SELECT tenant, workload_class, sum(d) FROM (
-            SELECT tenant, workload_class, -1 AS d FROM old_rows
-            WHERE {pending("old_rows")}
-            UNION ALL
-            SELECT tenant, workload_class, 1 AS d FROM new_rows
-            WHERE {pending("new_rows")}
-        ) AS changes
-        GROUP BY tenant, workload_class
-        HAVING sum(d) <> 0;
-    END IF;
-    RETURN NULL;
-END
-$$
-"""
-
-
-_SQLITE_TRIGGER_NAMES = (
-    "starts_pending_insert",
-    "starts_pending_leave",
-    "starts_pending_enter",
-    "starts_pending_delete",
-)
+    return pending_counter.pg_function(lambda rows: _pending(rows, with_backfill), replace=True)
 
 
 def _sqlite_triggers(with_backfill: bool) -> list[str]:
     """0008's row-level counter triggers, with the pending predicate of this revision."""
-    old = _pending("OLD", with_backfill)
-    new = _pending("NEW", with_backfill)
-    same_bucket = "NEW.tenant = OLD.tenant AND NEW.workload_class = OLD.workload_class"
-    insert = "INSERT INTO pending_start_counts (tenant, workload_class, delta) VALUES "
-    return [
-        f"CREATE TRIGGER starts_pending_insert AFTER INSERT ON starts WHEN {new} "
-        f"BEGIN {insert}(NEW.tenant, NEW.workload_class, 1); END",
-        f"CREATE TRIGGER starts_pending_leave AFTER UPDATE ON starts "
-        f"WHEN {old} AND NOT ({new} AND {same_bucket}) "
-        f"BEGIN {insert}(OLD.tenant, OLD.workload_class, -1); END",
-        f"CREATE TRIGGER starts_pending_enter AFTER UPDATE ON starts "
-        f"WHEN {new} AND NOT ({old} AND {same_bucket}) "
-        f"BEGIN {insert}(NEW.tenant, NEW.workload_class, 1); END",
-        f"CREATE TRIGGER starts_pending_delete AFTER DELETE ON starts WHEN {old} "
-        f"BEGIN {insert}(OLD.tenant, OLD.workload_class, -1); END",
-    ]
+    return pending_counter.sqlite_triggers(lambda row: _pending(row, with_backfill))
 
 
 def _drop_sqlite_triggers() -> None:
-    for name in _SQLITE_TRIGGER_NAMES:
+    for name in pending_counter.SQLITE_TRIGGER_NAMES:
         op.execute(f"DROP TRIGGER IF EXISTS {name}")
 
 

@@ -12,8 +12,9 @@ Create Date: 2026-12-09
 
 from __future__ import annotations
 
-import sqlalchemy as sa
 from alembic import op
+
+from punctual.adapters.stores.sql.migrations.shared import create_partial_index
 
 revision = "0017"
 down_revision = "0016"
@@ -25,12 +26,8 @@ _OUTCOMES = "state IN ('completed', 'failed', 'timed_out')"
 
 def upgrade() -> None:
     with op.batch_alter_table("runs") as batch:
-        batch.create_index(
-            "ix_runs_schedule_outcomes",
-            ["schedule_id", "ended_at", "seq"],
-            unique=False,
-            postgresql_where=sa.text(_OUTCOMES),
-            sqlite_where=sa.text(_OUTCOMES),
+        create_partial_index(
+            batch, "ix_runs_schedule_outcomes", ["schedule_id", "ended_at", "seq"], _OUTCOMES
         )
 
 
