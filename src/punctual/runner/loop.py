@@ -23,6 +23,7 @@ from datetime import datetime
 from punctual.domain.ids import new_id
 from punctual.errors import Unavailable
 from punctual.ports.doorbell import Doorbell
+from punctual.runner.threads import longer_backoff, repeat_passes
 from punctual.usecases.kernel.context import Services
 from punctual.usecases.recurring.generation import LOOKAHEAD, generate
 from punctual.usecases.running import execution
@@ -31,8 +32,6 @@ from punctual.usecases.scheduled.dispatch import dispatch_due
 from punctual.usecases.tenancy.health import HOST
 
 log = logging.getLogger("punctual.runner")
-
-_MAX_OUTAGE_BACKOFF = 10.0
 
 
 @dataclass(frozen=True)
@@ -125,46 +124,28 @@ class Runner:
         return report.claimed
 
     def _follow_through_loop(self) -> None:
-        backoff = 0.0
-        while not self._stop.is_set():
-            try:
-                claimed = self.follow_through_once()
-                backoff = 0.0
-            except Unavailable as exc:
-                backoff = min(_MAX_OUTAGE_BACKOFF, max(0.2, backoff * 2))
-                log.debug("event=follow_through_paused runner=%s error=%s", self.id, exc)
-                self._stop.wait(backoff)
-                continue
-            except Exception:
-                log.exception("event=follow_through_pass_failed runner=%s", self.id)
-                self._stop.wait(1.0)
-                continue
-            if claimed < self._options.page_size:
-                self._stop.wait(self._options.follow_through_every_seconds)
+        repeat_passes(
+            self._stop,
+            self.follow_through_once,
+            self._options.page_size,
+            lambda: self._stop.wait(self._options.follow_through_every_seconds),
+            log,
+            "follow_through",
+            f" runner={self.id}",
+        )
 
     def _generation_loop(self) -> None:
-        backoff = 0.0
-        while not self._stop.is_set():
-            try:
-                generated = self.generate_once()
-                backoff = 0.0
-            except Unavailable as exc:
-                # The dispatch loop reports outages; this one only waits them out.
-                backoff = min(_MAX_OUTAGE_BACKOFF, max(0.2, backoff * 2))
-                log.debug("event=generation_paused runner=%s error=%s", self.id, exc)
-                self._stop.wait(backoff)
-                continue
-            except Exception:
-                log.exception("event=generation_pass_failed runner=%s", self.id)
-                self._stop.wait(1.0)
-                continue
-            if generated >= self._options.page_size:
-                continue  # a full budget: more is probably due (catch-up)
-            try:
-                pause = self._generation_sleep_seconds()
-            except Unavailable:
-                pause = self._options.max_idle_seconds
-            self._doorbell.wait(pause)
+        # The dispatch loop reports outages; this one only waits them out. A full budget
+        # is followed at once by the next pass (catch-up).
+        repeat_passes(
+            self._stop,
+            self.generate_once,
+            self._options.page_size,
+            lambda: self._rest(self._generation_sleep_seconds),
+            log,
+            "generation",
+            f" runner={self.id}",
+        )
 
     def _loop(self) -> None:
         outage_backoff = 0.0
@@ -173,7 +154,7 @@ class Runner:
             if not self.status.engine_available and not self._engine_answers():
                 # The breaker is open: probe, never claim. A pass would only claim a page
                 # and give it back, making starts flicker to `dispatching` meanwhile.
-                outage_backoff = min(_MAX_OUTAGE_BACKOFF, max(0.2, outage_backoff * 2))
+                outage_backoff = longer_backoff(outage_backoff)
                 self._stop.wait(outage_backoff)
                 continue
             try:
@@ -188,7 +169,7 @@ class Runner:
                 self.status.last_error = None
                 outage_backoff = 0.0
             except Unavailable as exc:
-                outage_backoff = min(_MAX_OUTAGE_BACKOFF, max(0.2, outage_backoff * 2))
+                outage_backoff = longer_backoff(outage_backoff)
                 if self.status.engine_available:
                     log.warning("event=engine_unavailable runner=%s error=%s", self.id, exc)
                     self._note_outage(str(exc))
@@ -202,11 +183,16 @@ class Runner:
                 continue
             if claimed >= self._options.page_size:
                 continue  # a full page: more is probably due right now
-            try:
-                pause = self._sleep_seconds()
-            except Unavailable:
-                pause = self._options.max_idle_seconds
-            self._doorbell.wait(pause)
+            self._rest(self._sleep_seconds)
+
+    def _rest(self, seconds: Callable[[], float]) -> None:
+        """Wait ``seconds()`` or until the doorbell rings; the idle cap when the store
+        cannot say how long."""
+        try:
+            pause = seconds()
+        except Unavailable:
+            pause = self._options.max_idle_seconds
+        self._doorbell.wait(pause)
 
     def _engine_answers(self) -> bool:
         try:

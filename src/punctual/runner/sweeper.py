@@ -14,18 +14,18 @@ where the store stands, so nothing is lost by stopping anywhere.
 from __future__ import annotations
 
 import logging
-import threading
 import time
 from collections.abc import Callable
 
 from punctual.errors import Unavailable
+from punctual.runner.threads import RunnerThread
 from punctual.usecases.kernel.context import Services
 from punctual.usecases.tenancy.retention import RetentionPolicy, SweepReport, sweep
 
 log = logging.getLogger("punctual.sweeper")
 
 
-class Sweeper:
+class Sweeper(RunnerThread):
     def __init__(
         self,
         services: Services,
@@ -36,30 +36,22 @@ class Sweeper:
         max_yield_seconds: float = 5.0,
         after_pass: Callable[[SweepReport], None] = lambda report: None,
     ) -> None:
+        super().__init__("retention-sweeper")
         self._services = services
         self._after_pass = after_pass
         self._policy = policy
         self._interval = interval_seconds
         self._pause = pause_seconds
         self._max_yield = max_yield_seconds
-        self._stop = threading.Event()
-        self._thread: threading.Thread | None = None
         self._batch_began = time.monotonic()
 
     def start(self) -> None:
-        if self._thread is not None:
-            return
-        self._stop.clear()
-        self._thread = threading.Thread(target=self._loop, name="retention-sweeper", daemon=True)
-        self._thread.start()
-        log.info("event=sweeper_started interval_seconds=%s", self._interval)
+        if self._start_thread():
+            log.info("event=sweeper_started interval_seconds=%s", self._interval)
 
     def stop(self, timeout: float = 15.0) -> None:
         """Stop after the batch under way (each is one short transaction)."""
-        self._stop.set()
-        if self._thread is not None:
-            self._thread.join(timeout)
-            self._thread = None
+        self._stop_thread(timeout)
         log.info("event=sweeper_stopped")
 
     def sweep_once(self) -> SweepReport:

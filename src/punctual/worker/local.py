@@ -269,18 +269,7 @@ class LocalWorker:
         """Submit one claimed run to a slot; a failure concerns that run alone."""
         run = item.run
         try:
-            self._pool.submit(
-                Assignment(
-                    run_id=run.id,
-                    workflow=run.workflow,
-                    version=run.definition_version,
-                    payload=item.payload,
-                    attempt=run.attempt,
-                    origin=run.origin,
-                    timeout_seconds=run.timeout_seconds,
-                    traceparent=run.traceparent,
-                )
-            )
+            self._pool.submit(Assignment.of_run(run, run.attempt, item.payload))
             return True
         except RuntimeError as exc:
             # No slot after all (a slot process died between "free" and "submit", or the

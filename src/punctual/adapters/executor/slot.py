@@ -4,7 +4,10 @@ and the transition lock's state that says which bodies began."""
 from __future__ import annotations
 
 from dataclasses import dataclass
-from typing import Any, Literal
+from typing import TYPE_CHECKING, Any, Literal
+
+if TYPE_CHECKING:
+    from punctual.ports.records import ClaimedRun, RunRecord
 
 OutcomeState = Literal["completed", "failed", "canceled", "terminated", "timed_out"]
 
@@ -36,6 +39,21 @@ class Assignment:
     origin: dict[str, Any]
     timeout_seconds: float  # execution timeout
     traceparent: str | None = None  # the start's W3C trace context (OS-1)
+
+    @classmethod
+    def of_run(cls, run: ClaimedRun | RunRecord, attempt: int, payload: Any) -> Assignment:
+        """Attempt ``attempt`` of ``run``, as a claim (local) or a run record (Temporal)
+        hands it over, with its decrypted input."""
+        return cls(
+            run_id=run.id,
+            workflow=run.workflow,
+            version=run.definition_version,
+            payload=payload,
+            attempt=attempt,
+            origin=run.origin,
+            timeout_seconds=run.timeout_seconds,
+            traceparent=run.traceparent,
+        )
 
 
 @dataclass(frozen=True)

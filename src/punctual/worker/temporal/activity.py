@@ -52,6 +52,7 @@ from punctual.adapters.engines.temporal.messages import (
     RunArgs,
     coded_error,
 )
+from punctual.adapters.engines.temporal.workflow import run_failure
 from punctual.adapters.executor import Assignment, Outcome, SlotPool
 from punctual.domain.runs import RunErrorCode, RunState, run_error
 from punctual.errors import ConfigurationError, Unavailable
@@ -84,6 +85,19 @@ _ERROR_OF_STATE = {
     "timed_out": RunErrorCode.TIMED_OUT,
     "terminated": RunErrorCode.TERMINATED,
 }
+
+
+def _benign_failure(failure_type: str, message: str, details: dict[str, Any]) -> ApplicationError:
+    """A non-retryable failure of the activity that is no fault of this worker (a run's
+    recorded outcome, a refusal): BENIGN, so the SDK logs it at DEBUG instead of a WARNING
+    with a traceback per failed run."""
+    return ApplicationError(
+        message,
+        details,
+        type=failure_type,
+        non_retryable=True,
+        category=ApplicationErrorCategory.BENIGN,
+    )
 
 
 def coded_outcome_error(state: str, error: dict[str, Any] | None) -> dict[str, Any] | None:
@@ -225,12 +239,10 @@ class RunExecutor:
             args.workflow,
             args.version,
         )
-        raise ApplicationError(
+        raise _benign_failure(
+            FailureType.NOT_SERVED,
             message,
             {"attempt": activity.info().attempt, "worker": self._worker_id},
-            type=FailureType.NOT_SERVED,
-            non_retryable=True,
-            category=ApplicationErrorCategory.BENIGN,
         )
 
     @staticmethod
@@ -246,13 +258,7 @@ class RunExecutor:
     def _unstorable(run_id: str) -> None:
         """The store refused the outcome: the run ends ``failed`` in Temporal too, for good."""
         error = unstorable_error(run_id)
-        raise ApplicationError(
-            error["message"],
-            error,
-            type=FailureType.FAILED,
-            non_retryable=True,
-            category=ApplicationErrorCategory.BENIGN,
-        )
+        raise _benign_failure(FailureType.FAILED, error["message"], error)
 
     async def _mark_running(self, record: RunRecord, attempt: int) -> bool:
         """Running from here on, like a local worker's claim: a cancel now reaches the body
@@ -272,18 +278,7 @@ class RunExecutor:
         future: asyncio.Future[Outcome] = asyncio.get_running_loop().create_future()
         self._waiting[record.id] = future
         try:
-            self._pool.submit(
-                Assignment(
-                    run_id=record.id,
-                    workflow=record.workflow,
-                    version=record.definition_version,
-                    payload=payload,
-                    attempt=attempt,
-                    origin=record.origin,
-                    timeout_seconds=record.timeout_seconds,
-                    traceparent=record.traceparent,
-                )
-            )
+            self._pool.submit(Assignment.of_run(record, attempt, payload))
         except RuntimeError as exc:  # the pool is closing: this worker is stopping
             self._waiting.pop(record.id, None)
             raise ApplicationError(
@@ -318,12 +313,10 @@ class RunExecutor:
 
     @staticmethod
     def _not_recorded(args: RunArgs, why: str) -> None:
-        message = f"run {args.run_id} was started in Temporal but never recorded {why}"
-        raise ApplicationError(
-            message,
-            run_error(RunErrorCode.ENGINE_EXECUTION_LOST, message),
-            type=FailureType.NOT_RECORDED,
-            non_retryable=True,
+        raise run_failure(
+            FailureType.NOT_RECORDED,
+            RunErrorCode.ENGINE_EXECUTION_LOST,
+            f"run {args.run_id} was started in Temporal but never recorded {why}",
         )
 
     @staticmethod
@@ -334,12 +327,10 @@ class RunExecutor:
             return record.result
         message = f"run {record.id} had already ended {record.state.value}; not run again"
         code = _ERROR_OF_STATE.get(record.state.value, RunErrorCode.WORKFLOW_ERROR)
-        raise ApplicationError(
+        raise _benign_failure(
+            _FAILURE_OF_STATE.get(record.state.value, FailureType.FAILED),
             message,
             coded_error(code.value, record.error or {}, message),
-            type=_FAILURE_OF_STATE.get(record.state.value, FailureType.FAILED),
-            non_retryable=True,
-            category=ApplicationErrorCategory.BENIGN,
         )
 
     async def _free_slot(self, run_id: str) -> None:
@@ -414,19 +405,10 @@ class RunExecutor:
         error = error or {}
         if state == "canceled" and canceled_by_temporal:
             raise asyncio.CancelledError(error.get("message", "canceled"))
-        failure_type = _FAILURE_OF_STATE[state]
         message = str(error.get("message") or state)
         if "type" in error:
             message = f"{error['type']}: {message}"
-        # BENIGN: the run's outcome, recorded as such, not a fault of this worker (the SDK
-        # then logs it at DEBUG instead of a WARNING with a traceback per failed run).
-        raise ApplicationError(
-            message,
-            error,
-            type=failure_type,
-            non_retryable=True,
-            category=ApplicationErrorCategory.BENIGN,
-        )
+        raise _benign_failure(_FAILURE_OF_STATE[state], message, error)
 
     async def _record(
         self,

@@ -29,7 +29,9 @@ import socket
 import threading
 import time
 from collections.abc import Sequence
+from dataclasses import dataclass
 from datetime import timedelta
+from functools import partial
 
 from temporalio.client import Client
 from temporalio.worker import Worker
@@ -85,38 +87,26 @@ def run_temporal_worker(
         heartbeat_seconds=heartbeat_seconds,
         shutdown_grace_seconds=shutdown_grace_seconds,
         ledger=ledger or StoreRunLedger(services.store),
-        worker_id=worker_id or new_id("wrk"),
+        id=worker_id or new_id("wrk"),
     )
     asyncio.run(serve.run(ready))
 
 
+@dataclass(frozen=True)
 class _Serve:
-    def __init__(
-        self,
-        services: Services,
-        app_ref: str,
-        task_queues: list[str],
-        address: str,
-        namespace: str,
-        stop_event: threading.Event,
-        *,
-        slots: int,
-        heartbeat_seconds: float,
-        shutdown_grace_seconds: float,
-        ledger: RunLedger,
-        worker_id: str,
-    ) -> None:
-        self.services = services
-        self.app_ref = app_ref
-        self.task_queues = task_queues
-        self.address = address
-        self.namespace = namespace
-        self.stop_event = stop_event
-        self.slots = slots
-        self.heartbeat_seconds = heartbeat_seconds
-        self.grace = shutdown_grace_seconds
-        self.ledger = ledger
-        self.id = worker_id
+    """One serving of ``run_temporal_worker``: its arguments, defaults resolved."""
+
+    services: Services
+    app_ref: str
+    task_queues: list[str]
+    address: str
+    namespace: str
+    stop_event: threading.Event
+    slots: int
+    heartbeat_seconds: float
+    shutdown_grace_seconds: float
+    ledger: RunLedger
+    id: str
 
     async def run(self, ready: threading.Event | None) -> None:
         app = load_app(self.app_ref)
@@ -139,7 +129,7 @@ class _Serve:
                         max_concurrent_activities=self.slots,
                         max_heartbeat_throttle_interval=HEARTBEAT_THROTTLE,
                         default_heartbeat_throttle_interval=HEARTBEAT_THROTTLE,
-                        graceful_shutdown_timeout=timedelta(seconds=self.grace),
+                        graceful_shutdown_timeout=timedelta(seconds=self.shutdown_grace_seconds),
                         identity=f"punctual-{self.id}@{socket.gethostname()}",
                     )
                 )
@@ -247,18 +237,27 @@ class TemporalWorker:
         ledger: RunLedger | None = None,
     ) -> None:
         self.id = new_id("wrk")
-        self._ledger = ledger
-        self._args = (services, app_ref, list(task_queues), address, namespace)
-        self._options = {
-            "slots": slots,
-            "heartbeat_seconds": heartbeat_seconds,
-            "shutdown_grace_seconds": shutdown_grace_seconds,
-        }
         self._grace = shutdown_grace_seconds
         self._stop = threading.Event()
         self._ready = threading.Event()
         self._error: BaseException | None = None
         self._thread: threading.Thread | None = None
+        self._serve = partial(
+            run_temporal_worker,
+            services,
+            app_ref,
+            list(task_queues),
+            address,
+            namespace,
+            self._stop,
+            slots=slots,
+            heartbeat_seconds=heartbeat_seconds,
+            shutdown_grace_seconds=shutdown_grace_seconds,
+            ledger=ledger,
+            ready=self._ready,
+            worker_id=self.id,
+        )
+        """What the worker's thread runs."""
 
     def start(self, timeout: float = 60.0) -> None:
         """Return once the worker takes runs; raise what kept it from starting."""
@@ -290,22 +289,8 @@ class TemporalWorker:
         return self._thread is not None and self._thread.is_alive()
 
     def _main(self) -> None:
-        services, app_ref, queues, address, namespace = self._args
         try:
-            run_temporal_worker(
-                services,
-                app_ref,
-                queues,
-                address,
-                namespace,
-                self._stop,
-                slots=int(self._options["slots"]),
-                heartbeat_seconds=float(self._options["heartbeat_seconds"]),
-                shutdown_grace_seconds=float(self._options["shutdown_grace_seconds"]),
-                ledger=self._ledger,
-                ready=self._ready,
-                worker_id=self.id,
-            )
+            self._serve()
         except BaseException as exc:
             self._error = exc
             log.exception("event=worker_failed engine=temporal worker=%s", self.id)

@@ -118,16 +118,22 @@ def refused_attempt(err: ActivityError) -> int | None:
     return attempt if isinstance(attempt, int) and attempt >= 1 else 1
 
 
-def not_served_in_time(args: RunArgs) -> ApplicationError:
-    reason = (
-        f"no worker serving {args.workflow} version {args.version} with its registered code "
-        f"took it within {args.pending_timeout_seconds:g} s"
-    )
+def run_failure(
+    failure_type: str, code: RunErrorCode, message: str, **extra: Any
+) -> ApplicationError:
+    """A failure that ends the run for good, typed for the sync and carrying the run error
+    it records (``extra`` as in ``run_error``)."""
     return ApplicationError(
-        reason,
-        run_error(RunErrorCode.TIMED_OUT, reason),
-        type=FailureType.TIMED_OUT,
-        non_retryable=True,
+        message, run_error(code, message, **extra), type=failure_type, non_retryable=True
+    )
+
+
+def not_served_in_time(args: RunArgs) -> ApplicationError:
+    return run_failure(
+        FailureType.TIMED_OUT,
+        RunErrorCode.TIMED_OUT,
+        f"no worker serving {args.workflow} version {args.version} with its registered code "
+        f"took it within {args.pending_timeout_seconds:g} s",
     )
 
 
@@ -146,36 +152,23 @@ def punctual_failure(err: ActivityError, args: RunArgs) -> BaseException:
         )
     if isinstance(cause, TemporalTimeoutError):
         if cause.type is TimeoutType.SCHEDULE_TO_START:
-            reason = f"no worker picked it up within {args.pending_timeout_seconds:g} s"
-            return ApplicationError(
-                reason,
-                run_error(RunErrorCode.TIMED_OUT, reason),
-                type=FailureType.TIMED_OUT,
-                non_retryable=True,
+            return run_failure(
+                FailureType.TIMED_OUT,
+                RunErrorCode.TIMED_OUT,
+                f"no worker picked it up within {args.pending_timeout_seconds:g} s",
             )
         if cause.type is TimeoutType.HEARTBEAT:
-            message = (
+            return run_failure(
+                FailureType.WORKER_LOST,
+                RunErrorCode.WORKER_LOST,
                 f"its worker was lost {args.max_attempts} times (no heartbeat within "
-                f"{args.heartbeat_timeout_seconds:g} s)"
+                f"{args.heartbeat_timeout_seconds:g} s)",
             )
-            return ApplicationError(
-                message,
-                run_error(RunErrorCode.WORKER_LOST, message),
-                type=FailureType.WORKER_LOST,
-                non_retryable=True,
-            )
-        reason = f"execution timeout of {args.timeout_seconds:g} s exceeded"
-        return ApplicationError(
-            reason,
-            run_error(RunErrorCode.TIMED_OUT, reason),
-            type=FailureType.TIMED_OUT,
-            non_retryable=True,
+        return run_failure(
+            FailureType.TIMED_OUT,
+            RunErrorCode.TIMED_OUT,
+            f"execution timeout of {args.timeout_seconds:g} s exceeded",
         )
     message = str(cause) if cause is not None else str(err)
     kind = type(cause).__name__ if cause is not None else type(err).__name__
-    return ApplicationError(
-        message,
-        run_error(RunErrorCode.WORKFLOW_ERROR, message, type=kind),
-        type=FailureType.FAILED,
-        non_retryable=True,
-    )
+    return run_failure(FailureType.FAILED, RunErrorCode.WORKFLOW_ERROR, message, type=kind)
