@@ -17,9 +17,9 @@ from __future__ import annotations
 
 import hashlib
 from collections.abc import Mapping
+from contextlib import AbstractContextManager
 from datetime import datetime, timedelta
 from pathlib import Path
-from types import TracebackType
 from typing import Any
 
 from punctual import bootstrap
@@ -34,7 +34,7 @@ from punctual.usecases.scheduled import starts
 from punctual.usecases.tenancy import health, identity
 
 
-class Scheduler:
+class Scheduler(AbstractContextManager["Scheduler"]):
     """One principal's handle on an assembled punctual (store, runner and workers optional)."""
 
     def __init__(self, system: bootstrap.Punctual, tenant: str, subject: str, role: Role) -> None:
@@ -60,15 +60,7 @@ class Scheduler:
         loaded = load_settings(config, database_url=database_url, **settings)
         return cls(bootstrap.build(loaded), tenant, subject, role)
 
-    def __enter__(self) -> Scheduler:
-        return self
-
-    def __exit__(
-        self,
-        exc_type: type[BaseException] | None,
-        exc: BaseException | None,
-        traceback: TracebackType | None,
-    ) -> None:
+    def __exit__(self, *exc_info: object) -> None:
         self.close()
 
     def close(self) -> None:
@@ -80,7 +72,11 @@ class Scheduler:
             self.system.start_worker(app_ref)
         self.system.start_runner()
 
-    def _mutate(self, mutation: Mutation, idempotency_key: str | None, fingerprint: str) -> Any:
+    def _mutate(
+        self, mutation: Mutation, idempotency_key: str | None = None, fingerprint: str = ""
+    ) -> dict[str, Any]:
+        """The mutation's answer, run once per ``idempotency_key`` (``fingerprint`` tells a
+        retry from another request under the same key)."""
         request = None
         if idempotency_key is not None:
             digest = hashlib.sha256(fingerprint.encode()).hexdigest()
@@ -88,7 +84,7 @@ class Scheduler:
                 self.principal.tenant, self.principal.subject, idempotency_key, digest
             )
         try:
-            return self.system.mutations.run(request, mutation).body
+            answer: dict[str, Any] = self.system.mutations.run(request, mutation).body
         except RecordedError as recorded:
             # A replayed decision comes back as the error it was, with its stable code.
             error = recorded.body.get("error", {}) if isinstance(recorded.body, dict) else {}
@@ -97,6 +93,7 @@ class Scheduler:
                 code=str(error.get("code", "error")),
                 **dict(error.get("details") or {}),
             ) from None
+        return answer
 
     def schedule_at(
         self,
@@ -123,8 +120,7 @@ class Scheduler:
             traceparent=traceparent,
         )
         mutation = starts.create(self.system.services, self.principal, command)
-        result: dict[str, Any] = self._mutate(mutation, idempotency_key, repr(command))
-        return result
+        return self._mutate(mutation, idempotency_key, repr(command))
 
     def get_start(self, start_id: str) -> dict[str, Any]:
         return starts.get(self.system.services, self.principal, start_id)
@@ -145,8 +141,7 @@ class Scheduler:
     ) -> dict[str, Any]:
         command = starts.RescheduleStart(start_id, version, at, time_zone)
         mutation = starts.reschedule(self.system.services, self.principal, command)
-        result: dict[str, Any] = self._mutate(mutation, idempotency_key, repr(command))
-        return result
+        return self._mutate(mutation, idempotency_key, repr(command))
 
     def cancel_start(
         self,
@@ -158,8 +153,7 @@ class Scheduler:
     ) -> dict[str, Any]:
         command = starts.CancelStart(start_id, version, reason)
         mutation = starts.cancel(self.system.services, self.principal, command)
-        result: dict[str, Any] = self._mutate(mutation, idempotency_key, repr(command))
-        return result
+        return self._mutate(mutation, idempotency_key, repr(command))
 
     def _create_schedule(
         self,
@@ -192,8 +186,7 @@ class Scheduler:
             return schedules.create(services, principal, command)(tx, now)
 
         fingerprint = repr(sorted(body.items(), key=lambda item: item[0]))
-        result: dict[str, Any] = self._mutate(mutation, idempotency_key, fingerprint)
-        return result
+        return self._mutate(mutation, idempotency_key, fingerprint)
 
     def schedule_every(
         self,
@@ -255,15 +248,13 @@ class Scheduler:
         mutation = schedules.set_enabled(
             self.system.services, self.principal, schedule_id, version, False
         )
-        result: dict[str, Any] = self._mutate(mutation, None, "")
-        return result
+        return self._mutate(mutation)
 
     def resume(self, schedule_id: str, version: int) -> dict[str, Any]:
         mutation = schedules.set_enabled(
             self.system.services, self.principal, schedule_id, version, True
         )
-        result: dict[str, Any] = self._mutate(mutation, None, "")
-        return result
+        return self._mutate(mutation)
 
     def trigger(
         self, schedule_id: str, overlap: str | None = None, idempotency_key: str | None = None
@@ -274,10 +265,7 @@ class Scheduler:
             self.principal,
             schedule_controls.TriggerSchedule(schedule_id, overlap),
         )
-        result: dict[str, Any] = self._mutate(
-            mutation, idempotency_key, f"trigger:{schedule_id}:{overlap}"
-        )
-        return result
+        return self._mutate(mutation, idempotency_key, f"trigger:{schedule_id}:{overlap}")
 
     def backfill(
         self,
@@ -294,10 +282,9 @@ class Scheduler:
             self.principal,
             schedule_controls.BackfillSchedule(schedule_id, after, to, overlap),
         )
-        result: dict[str, Any] = self._mutate(
+        return self._mutate(
             mutation, idempotency_key, f"backfill:{schedule_id}:{after}:{to}:{overlap}"
         )
-        return result
 
     def get_schedule_by_name(self, name: str) -> dict[str, Any]:
         return schedule_controls.get_by_name(self.system.services, self.principal, name)
@@ -313,23 +300,16 @@ class Scheduler:
         """Create the schedule, or update it to ``fields`` (RS-9e)."""
         cmd = schedule_fields.decode_upsert(name, fields, version)
         mutation = schedule_controls.upsert_by_name(self.system.services, self.principal, cmd)
-        result: dict[str, Any] = self._mutate(mutation, None, "")
-        return result
+        return self._mutate(mutation)
 
     def get_run(self, run_id: str) -> dict[str, Any]:
         return runs.get(self.system.services, self.principal, run_id)
 
     def cancel_run(self, run_id: str) -> dict[str, Any]:
-        result: dict[str, Any] = self._mutate(
-            runs.cancel(self.system.services, self.principal, run_id), None, ""
-        )
-        return result
+        return self._mutate(runs.cancel(self.system.services, self.principal, run_id))
 
     def terminate_run(self, run_id: str) -> dict[str, Any]:
-        result: dict[str, Any] = self._mutate(
-            runs.terminate(self.system.services, self.principal, run_id), None, ""
-        )
-        return result
+        return self._mutate(runs.terminate(self.system.services, self.principal, run_id))
 
     def health_report(self) -> dict[str, Any]:
         return health.report(self.system.services, self.principal)

@@ -30,14 +30,14 @@ from __future__ import annotations
 
 import tomllib
 from collections.abc import Iterator
-from dataclasses import dataclass, field
+from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, Literal
 
-from punctual.cli.remote import EXIT_INVALID, fail
+from punctual.cli.remote import EXIT_INVALID, fail, validation_errors
 
 if TYPE_CHECKING:
-    from punctual.client import InvalidRequestError, PunctualClient
+    from punctual.client import PunctualClient
 
 Action = Literal["create", "update", "unchanged", "delete"]
 _FILE_KEYS = {"source", "schedules"}
@@ -58,26 +58,22 @@ class Step:
     name: str
     action: Action
     changed_fields: list[str] = field(default_factory=list)
-    schedule_id: str | None = None
+    id: str | None = None
+    """The schedule's id."""
     version: int | None = None
     """The version a ``delete`` is sent with."""
     applied: bool = False
 
     def view(self) -> dict[str, Any]:
-        return {
-            "name": self.name,
-            "action": self.action,
-            "changed_fields": self.changed_fields,
-            "id": self.schedule_id,
-            "applied": self.applied,
-        }
+        """The step as ``--json`` prints it: every field but the version."""
+        return {name: value for name, value in asdict(self).items() if name != "version"}
 
     def line(self) -> str:
         detail = ""
         if self.action == "update" and self.changed_fields:
             detail = f": {', '.join(self.changed_fields)}"
         elif self.action == "delete":
-            detail = f" ({self.schedule_id})"
+            detail = f" ({self.id})"
         return f"  {self.action:<9} {self.name}{detail}"
 
 
@@ -126,14 +122,14 @@ def plan(client: PunctualClient, schedule_file: ScheduleFile, prune: bool) -> li
             planned = client.plan_schedule_by_name(name, body)
         except InvalidRequestError as error:
             refused.append(f"{name}: {error.status} {error.code}: {error.message}")
-            refused += [f"  {item}" for item in _validation_errors(error)]
+            refused += [f"  {item}" for item in validation_errors(error)]
             continue
         steps.append(Step(name, planned.action, list(planned.changed_fields)))
     if refused:
         fail(EXIT_INVALID, "the file was not applied:\n" + "\n".join(refused))
     if prune:
         steps += [
-            Step(schedule.name, "delete", schedule_id=schedule.id, version=schedule.version)
+            Step(schedule.name, "delete", id=schedule.id, version=schedule.version)
             for schedule in _applied_from(client, schedule_file.source)
             if schedule.name not in schedule_file.schedules
         ]
@@ -145,10 +141,10 @@ def apply(client: PunctualClient, schedule_file: ScheduleFile, steps: list[Step]
     for step in steps:
         if step.action in ("create", "update"):
             answer = client.put_schedule_by_name(step.name, schedule_file.schedules[step.name])
-            step.schedule_id = answer.id
+            step.id = answer.id
         elif step.action == "delete":
-            assert step.schedule_id is not None and step.version is not None
-            client.delete_schedule(step.schedule_id, version=step.version)
+            assert step.id is not None and step.version is not None
+            client.delete_schedule(step.id, version=step.version)
         else:
             continue
         step.applied = True
@@ -172,12 +168,3 @@ def _applied_from(client: PunctualClient, source: str) -> Iterator[Any]:
         cursor = page.next_cursor
         if cursor is None:
             return
-
-
-def _validation_errors(error: InvalidRequestError) -> list[str]:
-    items = error.details.get("errors") or []
-    return [
-        f"{'.'.join(str(p) for p in item.get('loc', []))}: {item.get('msg', '')}"
-        for item in items
-        if isinstance(item, dict)
-    ]

@@ -24,7 +24,7 @@ from typing import TYPE_CHECKING, Annotated, Any
 
 import typer
 
-from punctual.cli.host import ConfigOpt, DbOpt, JsonOpt, emit, host_settings
+from punctual.cli.host import Host, JsonOpt, emit, host_command
 from punctual.errors import InvalidRequest, NotFound, PunctualError
 
 if TYPE_CHECKING:
@@ -96,20 +96,15 @@ def create(
     )
 
 
-@keys_app.command("activate")
-def activate(
-    key_id: KeyIdOpt,
-    as_json: JsonOpt = False,
-    config: ConfigOpt = None,
-    database_url: DbOpt = None,
-) -> None:
+@host_command(keys_app.command("activate"))
+def activate(host: Host, as_json: bool, key_id: KeyIdOpt) -> None:
     """Make KEY the active key, recorded in the store; refused while a live process lacks it."""
     from punctual.adapters import crypto
     from punctual.adapters.clock import SystemClock
     from punctual.usecases.tenancy import keys
 
     with _json_error(as_json):
-        settings = host_settings(config, database_url)
+        settings = host.settings()
         crypto.check_key_id(key_id)
         with _store(settings) as store:
             done = keys.activate(
@@ -134,14 +129,13 @@ def activate(
     )
 
 
-@keys_app.command("check")
+@host_command(keys_app.command("check"))
 def check(
+    host: Host,
+    as_json: bool,
     key_file: Annotated[
         Path | None, typer.Option("--key-file", help="Also say which keys this file holds.")
     ] = None,
-    as_json: JsonOpt = False,
-    config: ConfigOpt = None,
-    database_url: DbOpt = None,
 ) -> None:
     """Each key id: what stored values still need it and which live processes hold it."""
     from punctual.adapters import crypto
@@ -149,7 +143,7 @@ def check(
     from punctual.usecases.tenancy import keys
 
     with _json_error(as_json):
-        settings = host_settings(config, database_url)
+        settings = host.settings()
         ring = list(crypto.read_ring(key_file).keys) if key_file is not None else None
         with _store(settings) as store:
             report = keys.key_check(
@@ -183,25 +177,17 @@ def _check_text(report: dict[str, Any]) -> str:
     return "\n".join(lines)
 
 
-@keys_app.command("rewrap")
+@host_command(keys_app.command("rewrap"))
 def rewrap(
+    host: Host,
+    as_json: bool,
     batch: Annotated[int, typer.Option("--batch", help="Rows per transaction.")] = 500,
-    as_json: JsonOpt = False,
-    config: ConfigOpt = None,
-    database_url: DbOpt = None,
 ) -> None:
     """Seal stored input and webhook URLs and secrets again with the active key."""
     from punctual.usecases.tenancy import keys
 
-    with _json_error(as_json):
-        settings = host_settings(config, database_url)
-        from punctual import bootstrap
-
-        system = bootstrap.build(settings)
-        try:
-            report = keys.rewrap(system.services, batch)
-        finally:
-            system.close()
+    with _json_error(as_json), host.system() as system:
+        report = keys.rewrap(system.services, batch)
     lines = [f"rewrapped with {report.active_key_id}:"]
     lines += [f"  {keys.NEEDED_BY[kind]}: {count}" for kind, count in report.rewrapped.items()]
     if not report.rewrapped:
@@ -223,21 +209,15 @@ def rewrap(
     emit(report.view(), as_json, "\n".join(lines))
 
 
-@keys_app.command("retire")
-def retire(
-    key_file: KeyFileOpt,
-    key_id: KeyIdOpt,
-    as_json: JsonOpt = False,
-    config: ConfigOpt = None,
-    database_url: DbOpt = None,
-) -> None:
+@host_command(keys_app.command("retire"))
+def retire(host: Host, as_json: bool, key_file: KeyFileOpt, key_id: KeyIdOpt) -> None:
     """Remove KEY from the key file; refused while it is active or anything needs it."""
     from punctual.adapters import crypto
     from punctual.adapters.clock import SystemClock
     from punctual.usecases.tenancy import keys
 
     with _json_error(as_json):
-        settings = host_settings(config, database_url)
+        settings = host.settings()
         crypto.check_key_id(key_id)
         if key_id not in crypto.read_ring(key_file).keys:
             raise NotFound(f"codec key {key_id!r} is not in {key_file}")

@@ -31,8 +31,9 @@ from typing import TYPE_CHECKING, Annotated
 
 import typer
 
-from punctual.cli.host import ConfigOpt, DbOpt, JsonOpt, emit, host_settings
+from punctual.cli.host import ConfigOpt, DbOpt, Host, assembled, emit, host_command, host_settings
 from punctual.cli.keys import keys_app
+from punctual.cli.options import Command
 from punctual.cli.retention import retention_app
 from punctual.cli.schedules import schedules_app
 from punctual.cli.startup import Commands, importable_from_cwd, listen
@@ -121,32 +122,29 @@ def serve(
 
         if wanted & {"runner", "worker"}:
             bootstrap.check_engine(settings)
-        system = bootstrap.build(settings)
-        try:
-            _bootstrap_default_tenant(system, dev_token)
-            if "worker" in wanted:
-                system.start_worker(app_ref)
-            if "runner" in wanted:
-                system.start_runner()
-            if api is not None:
-                import uvicorn
+        system = sockets.enter_context(assembled(settings))
+        _bootstrap_default_tenant(system, dev_token)
+        if "worker" in wanted:
+            system.start_worker(app_ref)
+        if "runner" in wanted:
+            system.start_runner()
+        if api is not None:
+            import uvicorn
 
-                # uvicorn re-raises SIGTERM after its own shutdown; exit normally instead,
-                # so the runner and workers below are stopped and recorded as stopped.
-                signal.signal(signal.SIGTERM, lambda *_: sys.exit(0))
-                if internal is not None:
-                    _serve_internal(system, internal)
-                typer.echo(f"punctual is serving on http://{host}:{port}")
-                server = uvicorn.Server(
-                    uvicorn.Config(system.http_app(), host=host, port=port, log_level="warning")
-                )
-                server.run(sockets=[api])
-                if not server.started:  # the app's own startup failed (uvicorn logged it)
-                    raise typer.Exit(1)
-            else:
-                _wait_for_signal()
-        finally:
-            system.close()
+            # uvicorn re-raises SIGTERM after its own shutdown; exit normally instead,
+            # so the runner and workers below are stopped and recorded as stopped.
+            signal.signal(signal.SIGTERM, lambda *_: sys.exit(0))
+            if internal is not None:
+                _serve_internal(system, internal)
+            typer.echo(f"punctual is serving on http://{host}:{port}")
+            server = uvicorn.Server(
+                uvicorn.Config(system.http_app(), host=host, port=port, log_level="warning")
+            )
+            server.run(sockets=[api])
+            if not server.started:  # the app's own startup failed (uvicorn logged it)
+                raise typer.Exit(1)
+        else:
+            _wait_for_signal()
 
 
 def _serve_api_processes(
@@ -275,13 +273,10 @@ def worker(
     from punctual import bootstrap
 
     bootstrap.check_engine(settings)
-    system = bootstrap.build(settings)
-    try:
+    with assembled(settings) as system:
         system.start_worker(app_ref, task_queue, slots)
         typer.echo(f"worker {system.workers[0].id} started")
         _wait_for_signal()
-    finally:
-        system.close()
 
 
 @db_app.command("upgrade")
@@ -294,23 +289,19 @@ def db_upgrade(config: ConfigOpt = None, database_url: DbOpt = None) -> None:
     typer.echo(f"schema: {before or 'empty'} -> {after}")
 
 
-@tokens_app.command("create")
+@host_command(tokens_app.command("create"))
 def tokens_create(
+    host: Host,
+    as_json: bool,
     tenant: Annotated[str, typer.Option(help="Tenant (created if absent).")],
     subject: Annotated[str, typer.Option(help="Member subject (created if absent).")],
     role: Annotated[Role, typer.Option(help="admin, member or viewer.")],
-    as_json: JsonOpt = False,
-    config: ConfigOpt = None,
-    database_url: DbOpt = None,
 ) -> None:
     """Create a tenant member if needed and print a new token for it."""
     from punctual.usecases.tenancy import identity
 
-    system = _system(config, database_url)
-    try:
+    with host.system() as system:
         issued = identity.ensure_member_token(system.services, tenant, subject, role)
-    finally:
-        system.close()
     emit(
         {"token": issued.token, "id": issued.id, "tenant": tenant, "subject": subject},
         as_json,
@@ -318,25 +309,13 @@ def tokens_create(
     )
 
 
-def _system(config: str | None, database_url: str | None) -> Punctual:
-    settings = host_settings(config, database_url)  # a configuration error costs no assembly
-    from punctual import bootstrap
-
-    return bootstrap.build(settings)
-
-
-@definitions_app.command("list")
-def definitions_list(
-    as_json: JsonOpt = False, config: ConfigOpt = None, database_url: DbOpt = None
-) -> None:
+@host_command(definitions_app.command("list"))
+def definitions_list(host: Host, as_json: bool) -> None:
     """List every workflow version, its state and whether a live worker has it loaded."""
     from punctual.usecases.running import definitions
 
-    system = _system(config, database_url)
-    try:
+    with host.system() as system:
         items = definitions.list_definitions(system.services)
-    finally:
-        system.close()
     lines = [
         f"{d['name']:<24} {d['version']:<10} {d['state']:<11} "
         f"{'loaded' if d['loaded'] else '-':<7} {d['artifact']}"
@@ -345,77 +324,50 @@ def definitions_list(
     emit(items, as_json, "\n".join(lines) or "no definitions yet")
 
 
-def _lifecycle(
-    name: str,
-    version: str,
-    state: DefinitionState,
-    config: str | None,
-    database_url: str | None,
-    as_json: bool,
-) -> None:
-    from punctual.usecases.running import definitions
-
-    system = _system(config, database_url)
-    try:
-        updated = definitions.set_lifecycle(system.services, name, version, state)
-    finally:
-        system.close()
-    emit(
-        {"name": updated.name, "version": updated.version, "state": updated.state},
-        as_json,
-        f"{updated.name} {updated.version} is {updated.state}",
-    )
+_LIFECYCLE = {
+    "activate": (
+        DefinitionState.ACTIVE,
+        "Make VERSION the active version of NAME (the previous one is deprecated).",
+    ),
+    "deprecate": (
+        DefinitionState.DEPRECATED,
+        "Stop using VERSION for new dispatches, keeping it for what still needs it.",
+    ),
+    "retire": (DefinitionState.RETIRED, "Retire VERSION; refused while anything still needs it."),
+}
+"""The commands that move a definition version through its lifecycle: the state each sets,
+and its help."""
 
 
-@definitions_app.command("activate")
-def definitions_activate(
-    name: str,
-    version: str,
-    as_json: JsonOpt = False,
-    config: ConfigOpt = None,
-    database_url: DbOpt = None,
-) -> None:
-    """Make VERSION the active version of NAME (the previous one is deprecated)."""
-    _lifecycle(name, version, DefinitionState.ACTIVE, config, database_url, as_json)
+def _lifecycle_command(state: DefinitionState) -> Command:
+    """``definitions <command> NAME VERSION``: VERSION of NAME takes ``state``."""
+
+    def set_lifecycle(host: Host, as_json: bool, name: str, version: str) -> None:
+        from punctual.usecases.running import definitions
+
+        with host.system() as system:
+            updated = definitions.set_lifecycle(system.services, name, version, state)
+        emit(
+            {"name": updated.name, "version": updated.version, "state": updated.state},
+            as_json,
+            f"{updated.name} {updated.version} is {updated.state}",
+        )
+
+    return set_lifecycle
 
 
-@definitions_app.command("deprecate")
-def definitions_deprecate(
-    name: str,
-    version: str,
-    as_json: JsonOpt = False,
-    config: ConfigOpt = None,
-    database_url: DbOpt = None,
-) -> None:
-    """Stop using VERSION for new dispatches, keeping it for what still needs it."""
-    _lifecycle(name, version, DefinitionState.DEPRECATED, config, database_url, as_json)
+for _command, (_state, _help) in _LIFECYCLE.items():
+    host_command(definitions_app.command(_command, help=_help))(_lifecycle_command(_state))
 
 
-@definitions_app.command("retire")
-def definitions_retire(
-    name: str,
-    version: str,
-    as_json: JsonOpt = False,
-    config: ConfigOpt = None,
-    database_url: DbOpt = None,
-) -> None:
-    """Retire VERSION; refused while anything still needs it."""
-    _lifecycle(name, version, DefinitionState.RETIRED, config, database_url, as_json)
-
-
-@definitions_app.command("check")
-def definitions_check(
-    as_json: JsonOpt = False, config: ConfigOpt = None, database_url: DbOpt = None
-) -> None:
+@host_command(definitions_app.command("check"))
+def definitions_check(host: Host, as_json: bool) -> None:
     """Deployment preflight: what each version is still needed by."""
     from punctual.usecases.running import definitions
 
-    system = _system(config, database_url)
-    try:
+    with host.system() as system:
         report = definitions.check(system.services)
         keys = definitions.key_report(system.services)
-    finally:
-        system.close()
     lines = [
         f"{item['name']} {item['version']} ({item['state']}): "
         f"{'; '.join(item['needed_by']) or 'not needed'}"

@@ -16,10 +16,8 @@ Exit codes (API.md): 0 success, 1 the health report is unhealthy, 2 usage or val
 
 from __future__ import annotations
 
-import functools
-import inspect
 import json
-from collections.abc import Callable, Iterable, Iterator, Sequence
+from collections.abc import Iterable, Iterator, Sequence
 from contextlib import contextmanager
 from dataclasses import dataclass
 from datetime import UTC, datetime
@@ -29,11 +27,13 @@ from urllib.parse import urlsplit
 
 import typer
 
+from punctual.cli.options import shared_options
+
 if TYPE_CHECKING:
     # The typed client and its models load when a command talks to a server, not when the
     # CLI starts: ``serve``, the host commands and the fork server of every worker import
     # this module, and the client is most of what the CLI would cost them.
-    from punctual.client import ClientError, PunctualClient
+    from punctual.client import ApiError, ClientError, PunctualClient
     from punctual.resources import Resource
 
 DEFAULT_URL = "http://127.0.0.1:8080"
@@ -85,11 +85,12 @@ CursorOpt = Annotated[str | None, typer.Option(help="The next_cursor of the page
 
 @dataclass(frozen=True)
 class Remote:
-    """The server, token and tenant a command acts on."""
+    """The server, token and tenant a command acts on: the options every tenant command
+    shares."""
 
-    url: str
-    token: str | None
-    tenant: str
+    url: UrlOpt = DEFAULT_URL
+    token: TokenOpt = None
+    tenant: TenantOpt = "default"
 
     def client(self) -> PunctualClient:
         parts = urlsplit(self.url)
@@ -102,47 +103,11 @@ class Remote:
         return PunctualClient(self.url, self.token, self.tenant)
 
 
-TenantCommand = Callable[..., None]
-
-_KEYWORD = inspect.Parameter.KEYWORD_ONLY
-_SHARED = (
-    inspect.Parameter("as_json", _KEYWORD, default=False, annotation=JsonOpt),
-    inspect.Parameter("url", _KEYWORD, default=DEFAULT_URL, annotation=UrlOpt),
-    inspect.Parameter("token", _KEYWORD, default=None, annotation=TokenOpt),
-    inspect.Parameter("tenant", _KEYWORD, default="default", annotation=TenantOpt),
-)
-
-
-def tenant_command(
-    register: Callable[[TenantCommand], TenantCommand],
-) -> Callable[[TenantCommand], TenantCommand]:
-    """Registers a tenant command with ``register`` (``app.command(name)`` or
-    ``app.callback()``), adding the options every tenant command shares, declared here once:
-    ``--json``, ``--url``, ``--token`` and ``--tenant``. The command itself takes
-    ``remote: Remote`` and ``as_json: bool`` in their place (a command may declare its own
-    ``--json`` option instead, to say what it prints)."""
-
-    def decorate(command: TenantCommand) -> TenantCommand:
-        own = [
-            parameter
-            for parameter in inspect.signature(command, eval_str=True).parameters.values()
-            if parameter.name != "remote"
-            and not (parameter.name == "as_json" and parameter.annotation is bool)
-        ]
-        names = {parameter.name for parameter in own}
-
-        @functools.wraps(command)
-        def with_shared_options(**options: Any) -> None:
-            remote = Remote(options.pop("url"), options.pop("token"), options.pop("tenant"))
-            command(remote=remote, **options)
-
-        parameters = [*own, *(p for p in _SHARED if p.name not in names)]
-        with_shared_options.__signature__ = inspect.Signature(parameters)  # type: ignore[attr-defined]
-        with_shared_options.__annotations__ = {p.name: p.annotation for p in parameters}
-        register(with_shared_options)
-        return command
-
-    return decorate
+tenant_command = shared_options(Remote, JsonOpt)
+"""Registers a tenant command with ``app.command(name)`` or ``app.callback()``, adding the
+options every tenant command shares: ``--json``, ``--url``, ``--token`` and ``--tenant``. The
+command itself takes ``remote: Remote`` and ``as_json: bool`` in their place (a command may
+declare its own ``--json`` option instead, to say what it prints)."""
 
 
 def fail(code: int, message: str) -> NoReturn:
@@ -204,10 +169,7 @@ def describe(error: ClientError) -> list[str]:
 
     if isinstance(error, ApiError):
         lines = [f"error: {error.status} {error.code}: {error.message}"]
-        for item in error.details.get("errors") or []:
-            if isinstance(item, dict):
-                where = ".".join(str(part) for part in item.get("loc", []))
-                lines.append(f"  {where}: {item.get('msg', '')}")
+        lines += [f"  {refusal}" for refusal in validation_errors(error)]
     else:
         lines = [f"error: {error}"]
     undecided = isinstance(error, UnavailableError | InProgress | ServerUnreachable)
@@ -217,6 +179,15 @@ def describe(error: ClientError) -> list[str]:
             f"--idempotency-key {error.idempotency_key}"
         )
     return lines
+
+
+def validation_errors(error: ApiError) -> list[str]:
+    """Each field a validation error refused, as ``where: why``."""
+    return [
+        f"{'.'.join(str(part) for part in item.get('loc', []))}: {item.get('msg', '')}"
+        for item in error.details.get("errors") or []
+        if isinstance(item, dict)
+    ]
 
 
 def mutation_key(given: str | None, version: int | None = None) -> str:

@@ -8,12 +8,11 @@ is unavailable (``punctual.cli.startup`` prints the one line).
 
 from __future__ import annotations
 
-import json
-from typing import Annotated, Any
+from typing import Annotated
 
 import typer
 
-from punctual.cli.host import ConfigOpt, DbOpt, JsonOpt, host_settings
+from punctual.cli.host import Host, emit, host_command
 from punctual.domain.retention import RecordKind
 from punctual.domain.timeutil import to_rfc3339
 from punctual.errors import NotFound
@@ -21,36 +20,29 @@ from punctual.errors import NotFound
 retention_app = typer.Typer(help="Retention of terminal records (dry run).", no_args_is_help=True)
 
 
-@retention_app.command("plan")
+@host_command(retention_app.command("plan"))
 def plan(
+    host: Host,
+    as_json: bool,
     tenant: Annotated[str | None, typer.Option(help="Only this tenant.")] = None,
-    as_json: JsonOpt = False,
-    config: ConfigOpt = None,
-    database_url: DbOpt = None,
 ) -> None:
     """Print what the next sweep would remove, per tenant and kind, removing nothing."""
-    settings = host_settings(config, database_url)
-    from punctual import bootstrap  # inside, after the settings: see punctual.cli.main
-    from punctual.usecases.tenancy import retention
+    with host.system() as system:
+        from punctual import bootstrap  # inside, once assembled: see punctual.cli.main
+        from punctual.usecases.tenancy import retention
 
-    system = bootstrap.build(settings)
-    try:
         if tenant is not None:
             with system.store.transaction(readonly=True) as tx:
                 known = tx.identity.tenant_exists(tenant)
             if not known:
                 raise NotFound(f"tenant {tenant} does not exist")
         at = system.services.clock.now()
-        counts = retention.plan(system.services, bootstrap.retention_policy(settings), tenant, at)
-    finally:
-        system.close()
+        policy = bootstrap.retention_policy(system.settings)
+        counts = retention.plan(system.services, policy, tenant, at)
     totals = {kind.value: sum(c[kind.value] for c in counts.values()) for kind in RecordKind}
-    if as_json:
-        report: dict[str, Any] = {"at": to_rfc3339(at), "tenants": counts, "total": totals}
-        typer.echo(json.dumps(report, indent=2))
-        return
     lines = [f"{'tenant':<24} {'kind':<22} {'would remove':>12}"]
     for name, kinds in counts.items():
         lines += [f"{name:<24} {kind:<22} {n:>12}" for kind, n in kinds.items() if n]
     lines.append(f"{'(all)':<24} {'total':<22} {sum(totals.values()):>12}")
-    typer.echo("\n".join(lines))
+    report = {"at": to_rfc3339(at), "tenants": counts, "total": totals}
+    emit(report, as_json, "\n".join(lines))

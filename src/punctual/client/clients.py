@@ -9,7 +9,7 @@ import functools
 import inspect
 import time
 from collections.abc import Awaitable, Callable, Mapping, Sequence
-from types import TracebackType
+from contextlib import AbstractAsyncContextManager, AbstractContextManager
 from typing import Any, Concatenate, ParamSpec, TypeVar
 
 import httpx
@@ -133,7 +133,7 @@ def _awaited(
     return method
 
 
-class PunctualClient(_Base):
+class PunctualClient(_Base, AbstractContextManager["PunctualClient"]):
     """punctual's tenant API over HTTP, for programs and the command line.
 
     ``retries`` ambiguous failures (connection error, timeout, 5xx, ``202 in_progress``)
@@ -160,15 +160,7 @@ class PunctualClient(_Base):
             transport=transport,
         )
 
-    def __enter__(self) -> PunctualClient:
-        return self
-
-    def __exit__(
-        self,
-        exc_type: type[BaseException] | None,
-        exc: BaseException | None,
-        traceback: TracebackType | None,
-    ) -> None:
+    def __exit__(self, *exc_info: object) -> None:
         self.close()
 
     def close(self) -> None:
@@ -261,7 +253,7 @@ class PunctualClient(_Base):
     list_audit_entries = _blocking(calls.list_audit_entries)
 
 
-class AsyncPunctualClient(_Base):
+class AsyncPunctualClient(_Base, AbstractAsyncContextManager["AsyncPunctualClient"]):
     """``PunctualClient`` for asyncio: the same methods, awaited.
 
     ``retries`` ambiguous failures (connection error, timeout, 5xx, ``202 in_progress``)
@@ -288,15 +280,7 @@ class AsyncPunctualClient(_Base):
             transport=transport,
         )
 
-    async def __aenter__(self) -> AsyncPunctualClient:
-        return self
-
-    async def __aexit__(
-        self,
-        exc_type: type[BaseException] | None,
-        exc: BaseException | None,
-        traceback: TracebackType | None,
-    ) -> None:
+    async def __aexit__(self, *exc_info: object) -> None:
         await self.close()
 
     async def close(self) -> None:
