@@ -223,3 +223,23 @@ def test_a_body_with_several_problems_gets_one_answer_whatever_its_order() -> No
     with pytest.raises(InvalidRequest) as earlier_plain:
         decode_update("sch_1", 1, {"name": "", "spec": {"cron": "nope"}})
     assert earlier_plain.value.code == "validation_error"  # so does name before spec
+
+
+def test_the_http_client_sends_a_schedule_field_it_has_no_named_option_for() -> None:
+    """A field the server has and the client's named options do not yet (a newer server)
+    still reaches the body, by its API name, beside the named ones."""
+    from punctual.client import calls
+
+    call = calls.create_schedule(
+        name="n",
+        workflow="echo",
+        input={},
+        spec={"interval_ms": 60_000},
+        overlap="skip",
+        missed="skip",
+        jitter_ms=5,
+        newer_field="kept as given",
+    )
+    assert call.body["newer_field"] == "kept as given"
+    assert call.body["jitter_ms"] == 5
+    assert "max_catch_up" not in call.body  # an option left None takes the server's default

@@ -273,9 +273,12 @@ def create_schedule(
     jitter_ms: int | None = None,
     source: str | None = None,
     idempotency_key: str | None = None,
+    **more: Any,
 ) -> Call[Schedule]:
     """``spec`` is ``{"cron", "time_zone"?, "dst_gap"?, "dst_overlap"?}`` or
-    ``{"interval_ms", "starts_at"?}``; options left ``None`` take the server's defaults."""
+    ``{"interval_ms", "starts_at"?}``; options left ``None`` take the server's defaults.
+    ``more``: any other field of the create body by its API name, so a field the server
+    has and these named options do not yet is still sent as given."""
     body = _schedule_body(
         name=name,
         workflow=workflow,
@@ -296,6 +299,7 @@ def create_schedule(
             jitter_ms=jitter_ms,
             source=source,
         ),
+        **more,
     )
     return mutation("POST", "/schedules", model(Schedule), idempotency_key, body)
 
