@@ -10,26 +10,15 @@ from sqlalchemy.engine import RowMapping
 
 from punctual.adapters.stores.sql import column_types
 from punctual.adapters.stores.sql import tables as t
+from punctual.adapters.stores.sql.reads import newest_first
+from punctual.adapters.stores.sql.rows import record_columns, record_from_row
 from punctual.ports.records import AuditEntry, NewAuditEntry
 
 _a = t.audit_log.c
 
 
 def _entry(row: RowMapping) -> AuditEntry:
-    return AuditEntry(
-        id=row["id"],
-        tenant=row["tenant"],
-        at=row["at"],
-        actor=row["actor"],
-        token_id=row["token_id"],
-        action=row["action"],
-        method=row["method"],
-        path=row["path"],
-        subject_kind=row["subject_kind"],
-        subject_id=row["subject_id"],
-        status=row["status"],
-        seq=row["seq"],
-    )
+    return record_from_row(AuditEntry, row)
 
 
 _RECORD = sa.insert(t.audit_log).values(
@@ -63,26 +52,7 @@ class SqlAudit:
     def record(self, entries: Sequence[NewAuditEntry], now: datetime) -> None:
         if not entries:
             return
-        self._conn.execute(
-            _RECORD,
-            [
-                {
-                    "id": entry.id,
-                    "tenant": entry.tenant,
-                    "at": now,
-                    "actor": entry.actor,
-                    "token_id": entry.token_id,
-                    "token_digest": entry.token_digest,
-                    "action": entry.action,
-                    "method": entry.method,
-                    "path": entry.path,
-                    "subject_kind": entry.subject_kind,
-                    "subject_id": entry.subject_id,
-                    "status": entry.status,
-                }
-                for entry in entries
-            ],
-        )
+        self._conn.execute(_RECORD, [record_columns(entry, at=now) for entry in entries])
 
     def find(
         self,
@@ -98,7 +68,5 @@ class SqlAudit:
             query = query.where(_a.subject_id == subject_id)
         if actor is not None:
             query = query.where(_a.actor == actor)
-        if before_seq is not None:
-            query = query.where(_a.seq < before_seq)
-        query = query.order_by(_a.seq.desc()).limit(limit)
+        query = newest_first(query, _a.seq, before_seq, limit)
         return [_entry(row) for row in self._conn.execute(query).mappings()]

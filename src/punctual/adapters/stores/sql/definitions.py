@@ -9,7 +9,8 @@ import sqlalchemy as sa
 
 from punctual.adapters.stores.sql import tables as t
 from punctual.adapters.stores.sql.dialects import insert_ignore, lock_name
-from punctual.adapters.stores.sql.rows import definition_from_row
+from punctual.adapters.stores.sql.reads import first_record
+from punctual.adapters.stores.sql.rows import definition_from_row, record_from_row
 from punctual.domain.runs import Definition, DefinitionState
 from punctual.ports.records import WorkerRecord
 
@@ -58,26 +59,14 @@ class SqlDefinitions:
         return insert_ignore(self._conn, t.definitions, [row], ["name", "version"]) > 0
 
     def get(self, name: str, version: str) -> Definition | None:
-        row = (
-            self._conn.execute(
-                sa.select(t.definitions).where(_d.name == name, _d.version == version)
-            )
-            .mappings()
-            .first()
-        )
-        return definition_from_row(row) if row else None
+        query = sa.select(t.definitions).where(_d.name == name, _d.version == version)
+        return first_record(self._conn, query, definition_from_row)
 
     def active(self, name: str) -> Definition | None:
-        row = (
-            self._conn.execute(
-                sa.select(t.definitions).where(
-                    _d.name == name, _d.state == DefinitionState.ACTIVE.value
-                )
-            )
-            .mappings()
-            .first()
+        query = sa.select(t.definitions).where(
+            _d.name == name, _d.state == DefinitionState.ACTIVE.value
         )
-        return definition_from_row(row) if row else None
+        return first_record(self._conn, query, definition_from_row)
 
     def find(self, after_seq: int = 0, limit: int = 1000) -> list[tuple[int, Definition]]:
         query = sa.select(t.definitions).where(_d.seq > after_seq).order_by(_d.seq).limit(limit)
@@ -135,16 +124,11 @@ class SqlDefinitions:
             .order_by(_w.started_at)
         )
         return [
-            WorkerRecord(
-                id=r["id"],
-                engine=r["engine"],
-                host=r["host"],
+            record_from_row(
+                WorkerRecord,
+                r,
                 task_queues=list(r["task_queues"]),
                 loaded=[(a, b, c) for a, b, c in r["loaded"]],
-                slots=r["slots"],
-                started_at=r["started_at"],
-                heartbeat_at=r["heartbeat_at"],
-                stopped_at=r["stopped_at"],
             )
             for r in self._conn.execute(query).mappings()
         ]

@@ -10,6 +10,8 @@ from sqlalchemy.engine import RowMapping
 
 from punctual.adapters.stores.sql import tables as t
 from punctual.adapters.stores.sql.dialects import insert_ignore
+from punctual.adapters.stores.sql.reads import first_record
+from punctual.adapters.stores.sql.rows import record_from_row
 from punctual.domain.ids import new_id
 from punctual.ports.records import Finding
 
@@ -17,17 +19,7 @@ _f = t.findings.c
 
 
 def _finding(row: RowMapping) -> Finding:
-    return Finding(
-        id=row["id"],
-        tenant=row["tenant"],
-        kind=row["kind"],
-        subject_id=row["subject_id"],
-        severity=row["severity"],
-        message=row["message"],
-        created_at=row["created_at"],
-        acknowledged_at=row["acknowledged_at"],
-        acknowledged_by=row["acknowledged_by"],
-    )
+    return record_from_row(Finding, row)
 
 
 class SqlFindings:
@@ -91,14 +83,8 @@ class SqlFindings:
         return int(self._conn.execute(query).scalar_one())
 
     def get(self, tenant: str, finding_id: str) -> Finding | None:
-        row = (
-            self._conn.execute(
-                sa.select(t.findings).where(_f.tenant == tenant, _f.id == finding_id)
-            )
-            .mappings()
-            .first()
-        )
-        return _finding(row) if row else None
+        query = sa.select(t.findings).where(_f.tenant == tenant, _f.id == finding_id)
+        return first_record(self._conn, query, _finding)
 
     def acknowledge(
         self, tenant: str, finding_id: str, subject: str, now: datetime

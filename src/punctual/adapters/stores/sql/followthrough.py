@@ -18,6 +18,7 @@ from sqlalchemy.engine import RowMapping
 
 from punctual.adapters.stores.sql import tables as t
 from punctual.adapters.stores.sql.dialects import for_update, lock_name, upsert
+from punctual.adapters.stores.sql.rows import record_columns, record_from_row
 from punctual.domain.runs import RunState
 from punctual.ports.records import BaselineRun, EndedRun, FollowThroughRecord
 
@@ -35,32 +36,11 @@ _OUTCOMES_PER_STATEMENT = 100
 
 
 def _ended_run(row: RowMapping) -> EndedRun:
-    return EndedRun(
-        run_id=row["id"],
-        tenant=row["tenant"],
-        schedule_id=row["schedule_id"],
-        occurrence_id=row["occurrence_id"],
-        occurrence_at=row["occurrence_at"],
-        state=row["state"],
-        result=row["result"],
-        created_at=row["created_at"],
-        ended_at=row["ended_at"],
-        stage=row["follow_up"],
-    )
+    return record_from_row(EndedRun, row, run_id=row["id"], stage=row["follow_up"])
 
 
 def _record(row: RowMapping) -> FollowThroughRecord:
-    return FollowThroughRecord(
-        occurrence_id=row["occurrence_id"],
-        tenant=row["tenant"],
-        schedule_id=row["schedule_id"],
-        run_id=row["run_id"],
-        status=row["status"],
-        reason=row["reason"],
-        previous_run_id=row["previous_run_id"],
-        regressions=list(row["regressions"] or []),
-        recorded_at=row["recorded_at"],
-    )
+    return record_from_row(FollowThroughRecord, row, regressions=list(row["regressions"] or []))
 
 
 class SqlFollowThrough:
@@ -136,20 +116,7 @@ class SqlFollowThrough:
         upsert(
             self._conn,
             t.follow_throughs,
-            [
-                {
-                    "occurrence_id": r.occurrence_id,
-                    "tenant": r.tenant,
-                    "schedule_id": r.schedule_id,
-                    "run_id": r.run_id,
-                    "status": r.status,
-                    "reason": r.reason,
-                    "previous_run_id": r.previous_run_id,
-                    "regressions": r.regressions,
-                    "recorded_at": r.recorded_at,
-                }
-                for r in (latest[key] for key in sorted(latest))
-            ],
+            [record_columns(latest[key]) for key in sorted(latest)],
             ["occurrence_id"],
         )
         return set(latest)

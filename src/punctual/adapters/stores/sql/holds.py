@@ -9,6 +9,8 @@ from sqlalchemy.engine import RowMapping
 
 from punctual.adapters.stores.sql import tables as t
 from punctual.adapters.stores.sql.dialects import lock_name
+from punctual.adapters.stores.sql.reads import first_record, newest_first
+from punctual.adapters.stores.sql.rows import record_columns, record_from_row
 from punctual.ports.records import Hold, NewHold
 
 _h = t.holds.c
@@ -18,19 +20,7 @@ RETENTION_LOCK = "punctual:retention"
 
 
 def _hold(row: RowMapping) -> Hold:
-    return Hold(
-        id=row["id"],
-        tenant=row["tenant"],
-        subject_kind=row["subject_kind"],
-        subject_id=row["subject_id"],
-        reason=row["reason"],
-        created_by=row["created_by"],
-        created_at=row["created_at"],
-        released_at=row["released_at"],
-        released_by=row["released_by"],
-        placed_by_host=bool(row["placed_by_host"]),
-        seq=row["seq"],
-    )
+    return record_from_row(Hold, row, placed_by_host=bool(row["placed_by_host"]))
 
 
 class SqlHolds:
@@ -43,18 +33,7 @@ class SqlHolds:
         lock_name(self._conn, RETENTION_LOCK)
 
     def insert(self, new: NewHold, now: datetime) -> Hold:
-        self._conn.execute(
-            sa.insert(t.holds).values(
-                id=new.id,
-                tenant=new.tenant,
-                subject_kind=new.subject_kind,
-                subject_id=new.subject_id,
-                reason=new.reason,
-                created_by=new.created_by,
-                created_at=now,
-                placed_by_host=new.placed_by_host,
-            )
-        )
+        self._conn.execute(sa.insert(t.holds).values(record_columns(new, created_at=now)))
         hold = self.get(new.id)
         assert hold is not None, "inserted in this transaction"
         return hold
@@ -63,8 +42,7 @@ class SqlHolds:
         query = sa.select(t.holds).where(_h.id == hold_id)
         if tenant is not None:
             query = query.where(_h.tenant == tenant)
-        row = self._conn.execute(query).mappings().first()
-        return _hold(row) if row else None
+        return first_record(self._conn, query, _hold)
 
     def find(
         self, tenant: str, *, active_only: bool, before_seq: int | None, limit: int
@@ -72,9 +50,7 @@ class SqlHolds:
         query = sa.select(t.holds).where(_h.tenant == tenant)
         if active_only:
             query = query.where(_h.released_at.is_(None))
-        if before_seq is not None:
-            query = query.where(_h.seq < before_seq)
-        query = query.order_by(_h.seq.desc()).limit(limit)
+        query = newest_first(query, _h.seq, before_seq, limit)
         return [_hold(row) for row in self._conn.execute(query).mappings()]
 
     def release(self, hold_id: str, released_by: str, now: datetime) -> Hold | None:

@@ -11,6 +11,8 @@ import sqlalchemy as sa
 from punctual.adapters.stores.sql import column_types
 from punctual.adapters.stores.sql import tables as t
 from punctual.adapters.stores.sql.dialects import insert_returning, update_rows
+from punctual.adapters.stores.sql.reads import first_record
+from punctual.adapters.stores.sql.rows import record_from_row
 from punctual.ports.records import IdempotencyRecord, KeyOutcome
 
 _k = t.idempotency_keys.c
@@ -28,17 +30,8 @@ def _stored(response: Any, dialect: sa.Dialect) -> Any:
 
 
 def _record(row: Any, dialect: sa.Dialect) -> IdempotencyRecord:
-    return IdempotencyRecord(
-        tenant=row["tenant"],
-        principal=row["principal"],
-        key=row["key"],
-        fingerprint=row["fingerprint"],
-        state=row["state"],
-        owner=row["owner"],
-        lease_until=row["lease_until"],
-        status_code=row["status_code"],
-        response=_RESPONSE.process_result_value(row["response"], dialect),
-    )
+    response = _RESPONSE.process_result_value(row["response"], dialect)
+    return record_from_row(IdempotencyRecord, row, response=response)
 
 
 class SqlIdempotency:
@@ -84,14 +77,8 @@ class SqlIdempotency:
         return result.rowcount > 0
 
     def get(self, tenant: str, principal: str, key: str) -> IdempotencyRecord | None:
-        row = (
-            self._conn.execute(
-                sa.select(t.idempotency_keys).where(self._where(tenant, principal, key))
-            )
-            .mappings()
-            .first()
-        )
-        return None if row is None else _record(row, self._conn.dialect)
+        query = sa.select(t.idempotency_keys).where(self._where(tenant, principal, key))
+        return first_record(self._conn, query, lambda row: _record(row, self._conn.dialect))
 
     def complete(
         self,

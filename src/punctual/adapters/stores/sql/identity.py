@@ -9,6 +9,7 @@ import sqlalchemy as sa
 
 from punctual.adapters.stores.sql import tables as t
 from punctual.adapters.stores.sql.dialects import insert_ignore
+from punctual.adapters.stores.sql.rows import record_from_row
 from punctual.domain.permissions import Principal, Role
 from punctual.ports.records import TokenRecord
 
@@ -125,43 +126,20 @@ class SqlIdentity:
             .order_by(t.tokens.c.seq)
             .limit(limit)
         )
-        return [
-            TokenRecord(
-                r["id"],
-                r["tenant"],
-                r["subject"],
-                r["created_at"],
-                r["expires_at"],
-                r["revoked_at"],
-                r["seq"],
-            )
-            for r in self._conn.execute(query).mappings()
-        ]
+        return [record_from_row(TokenRecord, r) for r in self._conn.execute(query).mappings()]
 
     def revoke_token(self, tenant: str, token_id: str, now: datetime) -> bool:
         """Revoke one token; True if it exists in the tenant (revoking twice is fine)."""
         exists = self._conn.execute(
             sa.select(t.tokens.c.id).where(t.tokens.c.tenant == tenant, t.tokens.c.id == token_id)
         ).first()
-        self._conn.execute(
-            sa.update(t.tokens)
-            .where(
-                t.tokens.c.tenant == tenant,
-                t.tokens.c.id == token_id,
-                t.tokens.c.revoked_at.is_(None),
-            )
-            .values(revoked_at=now)
-        )
+        self._revoke(now, t.tokens.c.tenant == tenant, t.tokens.c.id == token_id)
         return exists is not None
 
     def revoke_tokens_of(self, tenant: str, subject: str, now: datetime) -> int:
-        result = self._conn.execute(
-            sa.update(t.tokens)
-            .where(
-                t.tokens.c.tenant == tenant,
-                t.tokens.c.subject == subject,
-                t.tokens.c.revoked_at.is_(None),
-            )
-            .values(revoked_at=now)
-        )
-        return result.rowcount
+        return self._revoke(now, t.tokens.c.tenant == tenant, t.tokens.c.subject == subject)
+
+    def _revoke(self, now: datetime, *which: sa.ColumnElement[bool]) -> int:
+        """Revoke the tokens ``which`` selects that are not revoked yet; how many were not."""
+        update = sa.update(t.tokens).where(*which, t.tokens.c.revoked_at.is_(None))
+        return self._conn.execute(update.values(revoked_at=now)).rowcount

@@ -23,6 +23,7 @@ from punctual.adapters.stores.sql.dialects import (
     store_now,
     store_stamp,
 )
+from punctual.adapters.stores.sql.rows import record_from_row
 from punctual.domain.starts import StartState
 from punctual.ports.records import (
     EncryptedInput,
@@ -45,46 +46,34 @@ class SealedColumn:
 
     table: sa.Table
     value: str
-    key: str
     needed: sa.ColumnElement[bool]
     idle: sa.ColumnElement[bool]
+
+    @property
+    def key(self) -> str:
+        """The column of the values' key ids (as ``rows.encrypted_columns`` names it)."""
+        return f"{self.value}_key_id"
 
 
 def _sealed_columns() -> dict[SealedKind, SealedColumn]:
     starts, runs, schedules, webhooks = t.starts.c, t.runs.c, t.schedules.c, t.webhooks.c
     waiting = (StartState.SCHEDULED.value, StartState.BUFFERED.value)
     unfinished = runs.state.in_(["pending", "running"])
+    live_schedule = schedules.deleted_at.is_(None)
+    live_webhook = webhooks.deleted_at.is_(None)
+    live_secret = sa.and_(live_webhook, webhooks.secret_key_id.is_not(None))
     return {
         SealedKind.STARTS: SealedColumn(
             t.starts,
             "input",
-            "input_key_id",
             starts.state.in_([*waiting, StartState.DISPATCHING.value]),
             # A claimed start's dispatch copies the input it read: left to its claim.
             starts.state.in_(waiting),
         ),
-        SealedKind.RUNS: SealedColumn(t.runs, "input", "input_key_id", unfinished, unfinished),
-        SealedKind.SCHEDULES: SealedColumn(
-            t.schedules,
-            "input",
-            "input_key_id",
-            schedules.deleted_at.is_(None),
-            schedules.deleted_at.is_(None),
-        ),
-        SealedKind.WEBHOOK_URLS: SealedColumn(
-            t.webhooks,
-            "url",
-            "url_key_id",
-            webhooks.deleted_at.is_(None),
-            webhooks.deleted_at.is_(None),
-        ),
-        SealedKind.WEBHOOK_SECRETS: SealedColumn(
-            t.webhooks,
-            "secret",
-            "secret_key_id",
-            sa.and_(webhooks.deleted_at.is_(None), webhooks.secret_key_id.is_not(None)),
-            sa.and_(webhooks.deleted_at.is_(None), webhooks.secret_key_id.is_not(None)),
-        ),
+        SealedKind.RUNS: SealedColumn(t.runs, "input", unfinished, unfinished),
+        SealedKind.SCHEDULES: SealedColumn(t.schedules, "input", live_schedule, live_schedule),
+        SealedKind.WEBHOOK_URLS: SealedColumn(t.webhooks, "url", live_webhook, live_webhook),
+        SealedKind.WEBHOOK_SECRETS: SealedColumn(t.webhooks, "secret", live_secret, live_secret),
     }
 
 
@@ -103,15 +92,8 @@ def key_usage(conn: sa.Connection) -> dict[str, dict[str, int]]:
 
 
 def _process(row: RowMapping) -> ProcessRecord:
-    return ProcessRecord(
-        id=row["id"],
-        host=row["host"],
-        pid=row["pid"],
-        components=list(row["components"]),
-        key_ids=list(row["key_ids"]),
-        active_key_id=row["active_key_id"],
-        started_at=row["started_at"],
-        heartbeat_at=row["heartbeat_at"],
+    return record_from_row(
+        ProcessRecord, row, components=list(row["components"]), key_ids=list(row["key_ids"])
     )
 
 

@@ -16,9 +16,11 @@ from sqlalchemy.engine import RowMapping
 
 from punctual.adapters.stores.sql import tables as t
 from punctual.adapters.stores.sql.dialects import is_lock_timeout
+from punctual.adapters.stores.sql.reads import first_record
+from punctual.adapters.stores.sql.rows import encrypted_from_row, record_from_row, run_converted
 from punctual.domain.runs import RunState
 from punctual.domain.starts import StartState
-from punctual.ports.records import EncryptedInput, RunRecord, RunSignal
+from punctual.ports.records import RunRecord, RunSignal
 from punctual.ports.store import OutcomeRefused
 
 _r = t.runs.c
@@ -28,24 +30,8 @@ _IDS_PER_QUERY = 500
 
 
 def _record(row: RowMapping) -> RunRecord:
-    return RunRecord(
-        id=row["id"],
-        seq=row["seq"],
-        tenant=row["tenant"],
-        workflow=row["workflow"],
-        definition_version=row["definition_version"],
-        state=RunState(row["state"]),
-        attempts=row["attempts"],
-        origin=dict(row["origin"] or {}),
-        input=EncryptedInput(row["input_key_id"], row["input"]),
-        task_queue=row["task_queue"],
-        priority=row["priority"],
-        timeout_seconds=row["timeout_seconds"],
-        cancel_requested=bool(row["cancel_requested"]),
-        created_at=row["created_at"],
-        result=row["result"],
-        error=row["error"],
-        traceparent=row["traceparent"],
+    return record_from_row(
+        RunRecord, row, **run_converted(row), input=encrypted_from_row(row, "input")
     )
 
 
@@ -78,8 +64,7 @@ class SqlRunLedgerStore:
         self._conn = conn
 
     def load(self, run_id: str) -> RunRecord | None:
-        row = self._conn.execute(sa.select(t.runs).where(_r.id == run_id)).mappings().first()
-        return _record(row) if row is not None else None
+        return first_record(self._conn, sa.select(t.runs).where(_r.id == run_id), _record)
 
     def start_state(self, run_id: str) -> StartState | None:
         query = sa.select(t.starts.c.state).where(t.starts.c.run_id == run_id)

@@ -14,6 +14,7 @@ from __future__ import annotations
 
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
+from datetime import datetime
 from typing import Any
 
 import sqlalchemy as sa
@@ -30,6 +31,7 @@ _k = t.idempotency_keys.c
 _c = t.schedules.c
 
 Where = list[sa.ColumnElement[bool]]
+Subjects = list[tuple[HoldKind | None, sa.ColumnElement[Any]]]
 
 
 def _constants(*values: str) -> list[sa.ColumnElement[Any]]:
@@ -81,33 +83,40 @@ def _held_with_lineage(
     its runs, as it keeps the runs. A named run or start that is gone has no lineage
     left to follow: only the direct ids still count for it."""
     clauses = [_held(tenant, *((None, subject) for subject in direct))] if direct else []
-    for run_id in runs:
-        run = t.runs.alias("named_run")
-        clauses.append(
-            sa.exists().where(
-                run.c.id == run_id,
-                _held(
-                    tenant,
-                    (HoldKind.RUN, run.c.id),
-                    (HoldKind.START, run.c.origin_id),
-                    (HoldKind.SCHEDULE, run.c.schedule_id),
-                ),
-            )
-        )
-    for start_id in starts:
-        start = t.starts.alias("named_start")
-        clauses.append(
-            sa.exists().where(
-                start.c.id == start_id,
-                _held(
-                    tenant,
-                    (HoldKind.START, start.c.id),
-                    (HoldKind.RUN, start.c.run_id),
-                    (HoldKind.SCHEDULE, start.c.schedule_id),
-                ),
-            )
+    named = (
+        (t.runs.alias("named_run"), runs, _run_lineage),
+        (t.starts.alias("named_start"), starts, _start_lineage),
+    )
+    for table, ids, lineage in named:
+        clauses.extend(
+            sa.exists().where(table.c.id == named_id, _held(tenant, *lineage(table)))
+            for named_id in ids
         )
     return sa.or_(*clauses)
+
+
+def _run_lineage(run: sa.FromClause) -> Subjects:
+    """A run is held by a hold on it, on its start or occurrence, or on its schedule."""
+    return [
+        (HoldKind.RUN, run.c.id),
+        (HoldKind.START, run.c.origin_id),
+        (HoldKind.SCHEDULE, run.c.schedule_id),
+    ]
+
+
+def _start_lineage(start: sa.FromClause) -> Subjects:
+    """A start or occurrence is held by a hold on it, on its run, or on its schedule."""
+    return [
+        (HoldKind.START, start.c.id),
+        (HoldKind.RUN, start.c.run_id),
+        (HoldKind.SCHEDULE, start.c.schedule_id),
+    ]
+
+
+def _past(ended: sa.ColumnElement[Any], before: datetime) -> Where:
+    """Ended before ``before``: ``ended`` is set (for a table whose sweep index holds only
+    rows with it set, the index's condition, repeated so that the index applies)."""
+    return [ended.is_not(None), ended < before]
 
 
 def _removable_runs(window: RetentionWindow) -> Where:
@@ -122,18 +131,12 @@ def _removable_runs(window: RetentionWindow) -> Where:
     baseline = sa.and_(_r.state == _COMPLETED, _a_baseline_still())
     return [
         _r.tenant == window.tenant,
-        _r.ended_at.is_not(None),
-        _r.ended_at < window.removable_before,
+        *_past(_r.ended_at, window.removable_before),
         sa.or_(
             _r.schedule_id.is_(None),
             sa.and_(_r.follow_up == _FOLLOWED_THROUGH, sa.or_(~live, sa.and_(~shown, ~baseline))),
         ),
-        ~_held(
-            _r.tenant,
-            (HoldKind.RUN, _r.id),
-            (HoldKind.START, _r.origin_id),
-            (HoldKind.SCHEDULE, _r.schedule_id),
-        ),
+        ~_held(_r.tenant, *_run_lineage(t.runs)),
     ]
 
 
@@ -211,8 +214,7 @@ def _removable_schedules(window: RetentionWindow) -> Where:
     (the history stays readable until then), unheld."""
     return [
         _c.tenant == window.tenant,
-        _c.deleted_at.is_not(None),
-        _c.deleted_at < window.removable_before,
+        *_past(_c.deleted_at, window.removable_before),
         _absent(t.starts.c.schedule_id, _c.id),
         _absent(t.runs.c.schedule_id, _c.id),
         ~_held(_c.tenant, (HoldKind.SCHEDULE, _c.id)),
@@ -229,6 +231,10 @@ class _Simple:
     order: str
     """The terminal time, oldest first (the index's second column)."""
     where: Callable[[RetentionWindow], Where]
+    """What makes a row of the window's tenant removable."""
+
+    def removable(self, window: RetentionWindow) -> Where:
+        return [self.table.c.tenant == window.tenant, *self.where(window)]
 
 
 def _named_held(table: sa.Table) -> sa.ColumnElement[bool]:
@@ -253,38 +259,22 @@ def _subject_held(
 
 def _n_read(w: RetentionWindow) -> Where:
     n = t.notifications.c
-    return [
-        n.tenant == w.tenant,
-        n.read_at.is_not(None),
-        n.read_at < w.removable_before,
-        ~_named_held(t.notifications),
-    ]
+    return [*_past(n.read_at, w.removable_before), ~_named_held(t.notifications)]
 
 
 def _n_unread(w: RetentionWindow) -> Where:
     n = t.notifications.c
-    return [
-        n.tenant == w.tenant,
-        n.read_at.is_(None),
-        n.created_at < w.unread_before,
-        ~_named_held(t.notifications),
-    ]
+    return [n.read_at.is_(None), n.created_at < w.unread_before, ~_named_held(t.notifications)]
 
 
 def _findings(w: RetentionWindow) -> Where:
     f = t.findings.c
-    return [
-        f.tenant == w.tenant,
-        f.acknowledged_at.is_not(None),
-        f.acknowledged_at < w.removable_before,
-        ~_subject_held(f.tenant, f.subject_id),
-    ]
+    return [*_past(f.acknowledged_at, w.removable_before), ~_subject_held(f.tenant, f.subject_id)]
 
 
 def _deliveries(w: RetentionWindow) -> Where:
     d = t.webhook_deliveries.c
     return [
-        d.tenant == w.tenant,
         d.status.in_(_ENDED_DELIVERIES),
         d.updated_at < w.removable_before,
         ~_named_held(t.webhook_deliveries),
@@ -294,26 +284,22 @@ def _deliveries(w: RetentionWindow) -> Where:
 def _webhooks(w: RetentionWindow) -> Where:
     h = t.webhooks.c
     return [
-        h.tenant == w.tenant,
-        h.deleted_at.is_not(None),
-        h.deleted_at < w.removable_before,
+        *_past(h.deleted_at, w.removable_before),
         _absent(t.webhook_deliveries.c.webhook_id, h.id),
     ]
 
 
 def _tokens(w: RetentionWindow) -> Where:
-    k = t.tokens.c
-    return [k.tenant == w.tenant, k.revoked_at.is_not(None), k.revoked_at < w.removable_before]
+    return _past(t.tokens.c.revoked_at, w.removable_before)
 
 
 def _holds(w: RetentionWindow) -> Where:
-    h = t.holds.c
-    return [h.tenant == w.tenant, h.released_at.is_not(None), h.released_at < w.removable_before]
+    return _past(t.holds.c.released_at, w.removable_before)
 
 
 def _audit(w: RetentionWindow) -> Where:
     a = t.audit_log.c
-    return [a.tenant == w.tenant, a.at < w.audit_before, ~_subject_held(a.tenant, a.subject_id)]
+    return [a.at < w.audit_before, ~_subject_held(a.tenant, a.subject_id)]
 
 
 _SIMPLE: dict[RecordKind, tuple[_Simple, ...]] = {
@@ -421,7 +407,7 @@ class SqlRetention:
             return {kind: decided + abandoned}
         if kind is RecordKind.SCHEDULES:
             return {kind: self._count(t.schedules, _removable_schedules(window))}
-        return {kind: sum(self._count(s.table, s.where(window)) for s in _SIMPLE[kind])}
+        return {kind: sum(self._count(s.table, s.removable(window)) for s in _SIMPLE[kind])}
 
     def _count(self, table: sa.Table, where: Where) -> int:
         query = sa.select(sa.func.count()).select_from(table).where(*where)
@@ -539,7 +525,7 @@ class SqlRetention:
         key = target.table.c[target.key]
         order = target.table.c[target.order]
         return len(
-            self._delete_oldest(target.table, [key], target.where(window), order, limit, [key])
+            self._delete_oldest(target.table, [key], target.removable(window), order, limit, [key])
         )
 
 

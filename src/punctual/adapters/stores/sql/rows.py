@@ -2,14 +2,52 @@
 
 from __future__ import annotations
 
-from datetime import datetime
-from typing import Any
+from dataclasses import fields
+from functools import cache
+from typing import TYPE_CHECKING, Any, TypeVar
 
 from sqlalchemy.engine import RowMapping
 
 from punctual.domain.runs import Definition, Run, RunState
 from punctual.domain.starts import DispatchRecord, LastError, ScheduledStart, StartState
 from punctual.domain.timeutil import parse_rfc3339, to_rfc3339
+from punctual.ports.records import EncryptedInput
+
+if TYPE_CHECKING:
+    from _typeshed import DataclassInstance
+
+Record = TypeVar("Record", bound="DataclassInstance")
+
+
+@cache
+def _field_names(cls: type[DataclassInstance]) -> tuple[str, ...]:
+    return tuple(f.name for f in fields(cls))
+
+
+def record_from_row(cls: type[Record], row: RowMapping, **converted: Any) -> Record:
+    """A record whose fields are read from the columns of the same name, but for those
+    given in ``converted`` (a value the column holds in another form, or another column's)."""
+    read = {name: row[name] for name in _field_names(cls) if name not in converted}
+    return cls(**read, **converted)
+
+
+def record_columns(record: DataclassInstance, **converted: Any) -> dict[str, Any]:
+    """The columns of a row holding ``record``: each field in the column of its name, but
+    for those given in ``converted``, which also adds the columns the record has no field
+    for."""
+    return {name: getattr(record, name) for name in _field_names(type(record))} | converted
+
+
+def encrypted_columns(name: str, value: EncryptedInput | None) -> dict[str, Any]:
+    """A sealed value's two columns: the ciphertext in ``name``, its key in ``<name>_key_id``."""
+    if value is None:
+        return {name: None, f"{name}_key_id": None}
+    return {name: value.ciphertext, f"{name}_key_id": value.key_id}
+
+
+def encrypted_from_row(row: RowMapping, name: str) -> EncryptedInput:
+    """The sealed value that ``encrypted_columns`` stored in ``name``."""
+    return EncryptedInput(row[f"{name}_key_id"], row[name])
 
 
 def last_error_to_json(error: LastError | None) -> dict[str, Any] | None:
@@ -25,77 +63,32 @@ def last_error_from_json(data: dict[str, Any] | None) -> LastError | None:
 
 
 def start_from_row(row: RowMapping) -> ScheduledStart:
-    dispatched_at: datetime | None = row["dispatched_at"]
-    dispatch = None
-    if dispatched_at is not None:
-        dispatch = DispatchRecord(
-            run_id=row["run_id"],
-            definition_version=row["definition_version"],
-            artifact=row["artifact"],
-            dispatched_at=dispatched_at,
-        )
-    return ScheduledStart(
-        id=row["id"],
-        tenant=row["tenant"],
-        workflow=row["workflow"],
-        business_request_id=row["business_request_id"],
-        start_at=row["start_at"],
-        time_zone=row["time_zone"],
-        workload_class=row["workload_class"],
+    dispatched = row["dispatched_at"] is not None
+    return record_from_row(
+        ScheduledStart,
+        row,
         attributes=dict(row["attributes"] or {}),
-        traceparent=row["traceparent"],
         state=StartState(row["state"]),
-        version=row["version"],
-        attempts=row["attempts"],
-        next_attempt_at=row["next_attempt_at"],
         last_error=last_error_from_json(row["last_error"]),
-        created_by=row["created_by"],
-        created_at=row["created_at"],
-        updated_at=row["updated_at"],
-        run_id=row["run_id"],
-        dispatch=dispatch,
-        reason=row["reason"],
-        schedule_id=row["schedule_id"],
-        occurrence_at=row["occurrence_at"],
-        nominal=row["nominal"],
-        dst_adjustment=row["dst_adjustment"],
-        revision=row["revision"],
-        range_last=row["range_last"],
-        range_count=row["range_count"],
+        dispatch=record_from_row(DispatchRecord, row) if dispatched else None,
+        # Not the ``origin`` column (an occurrence's ``OccurrenceOrigin``): the origin its run
+        # carries, which reads of occurrences fill in.
+        origin={},
     )
+
+
+def run_converted(row: RowMapping) -> dict[str, Any]:
+    """The columns of a run that its records hold in another form."""
+    return {
+        "state": RunState(row["state"]),
+        "origin": dict(row["origin"] or {}),
+        "cancel_requested": bool(row["cancel_requested"]),
+    }
 
 
 def run_from_row(row: RowMapping) -> Run:
-    return Run(
-        id=row["id"],
-        tenant=row["tenant"],
-        workflow=row["workflow"],
-        definition_version=row["definition_version"],
-        artifact=row["artifact"],
-        state=RunState(row["state"]),
-        origin=dict(row["origin"] or {}),
-        started_by=row["started_by"],
-        attempts=row["attempts"],
-        result=row["result"],
-        error=row["error"],
-        created_at=row["created_at"],
-        started_at=row["started_at"],
-        ended_at=row["ended_at"],
-        cancel_requested=bool(row["cancel_requested"]),
-        task_queue=row["task_queue"],
-        priority=row["priority"],
-        claimed_at=row["claimed_at"],
-        traceparent=row["traceparent"],
-    )
+    return record_from_row(Run, row, **run_converted(row))
 
 
 def definition_from_row(row: RowMapping) -> Definition:
-    return Definition(
-        name=row["name"],
-        version=row["version"],
-        state=row["state"],
-        artifact=row["artifact"],
-        input_schema=dict(row["input_schema"]),
-        execution_timeout_seconds=row["execution_timeout_seconds"],
-        created_at=row["created_at"],
-    )
+    return record_from_row(Definition, row, input_schema=dict(row["input_schema"]))

@@ -23,12 +23,18 @@ from punctual.adapters.stores.sql.dialects import (
     update_many,
 )
 from punctual.adapters.stores.sql.listener import RUNS_CHANNEL
-from punctual.adapters.stores.sql.rows import run_from_row
+from punctual.adapters.stores.sql.reads import first_record
+from punctual.adapters.stores.sql.rows import (
+    encrypted_columns,
+    encrypted_from_row,
+    record_columns,
+    record_from_row,
+    run_from_row,
+)
 from punctual.domain.runs import Run, RunErrorCode, RunState, claim_token, run_error
 from punctual.ports.records import (
     AttemptOutcome,
     ClaimedRun,
-    EncryptedInput,
     NewRun,
     RunClaim,
     RunFilter,
@@ -62,28 +68,17 @@ class SqlRuns:
     def insert_new(self, runs: Sequence[NewRun], now: datetime) -> int:
         """Create runs that do not exist yet; an existing run id is left untouched (WF-6)."""
         rows = [
-            {
-                "id": run.id,
-                "tenant": run.tenant,
-                "workflow": run.workflow,
-                "definition_version": run.definition_version,
-                "artifact": run.artifact,
-                "state": RunState.PENDING.value,
-                "origin": run.origin,
-                "origin_id": run.origin.get("id", ""),
-                "started_by": run.started_by,
-                "attempts": 0,
-                "input": run.input.ciphertext,
-                "input_key_id": run.input.key_id,
-                "task_queue": run.task_queue,
-                "priority": run.priority,
-                "traceparent": run.traceparent,
-                "timeout_seconds": run.timeout_seconds,
-                "cancel_requested": False,
-                "created_at": now,
-                "queued_at": now,
-                "schedule_id": run.origin.get("schedule_id"),
-            }
+            record_columns(
+                run,
+                **encrypted_columns("input", run.input),
+                state=RunState.PENDING.value,
+                origin_id=run.origin.get("id", ""),
+                attempts=0,
+                cancel_requested=False,
+                created_at=now,
+                queued_at=now,
+                schedule_id=run.origin.get("schedule_id"),
+            )
             for run in runs
         ]
         # Chunks keep one statement under the drivers' parameter limits.
@@ -96,12 +91,8 @@ class SqlRuns:
         return inserted
 
     def get(self, tenant: str, run_id: str) -> Run | None:
-        row = (
-            self._conn.execute(sa.select(t.runs).where(_r.tenant == tenant, _r.id == run_id))
-            .mappings()
-            .first()
-        )
-        return run_from_row(row) if row else None
+        query = sa.select(t.runs).where(_r.tenant == tenant, _r.id == run_id)
+        return first_record(self._conn, query, run_from_row)
 
     def find(
         self, tenant: str, where: RunFilter, after_seq: int, limit: int
@@ -210,17 +201,12 @@ class SqlRuns:
             )
         )
         return [
-            ClaimedRun(
-                id=r["id"],
-                tenant=r["tenant"],
-                workflow=r["workflow"],
-                definition_version=r["definition_version"],
+            record_from_row(
+                ClaimedRun,
+                r,
                 origin=dict(r["origin"]),
                 attempt=r["attempts"],
-                input=EncryptedInput(r["input_key_id"], r["input"]),
-                timeout_seconds=r["timeout_seconds"],
-                claim_token=r["claim_token"],
-                traceparent=r["traceparent"],
+                input=encrypted_from_row(r, "input"),
             )
             for r in claimed.mappings()
         ]
@@ -327,14 +313,7 @@ class SqlRuns:
 
     def mark_started(self, claims: Sequence[RunClaim], at: datetime) -> set[str]:
         """Bodies began: ``started_at`` of runs still under these claims; the ids marked."""
-        rows = [{"id": c.run_id, "claim_token": c.token, "started_at": at} for c in claims]
-        return update_many(
-            self._conn,
-            t.runs,
-            rows,
-            match=["id", "claim_token"],
-            columns=["started_at"],
-        )
+        return self.mark_started_each([(c, at) for c in claims])
 
     def mark_started_each(self, started: Sequence[tuple[RunClaim, datetime]]) -> set[str]:
         rows = [{"id": c.run_id, "claim_token": c.token, "started_at": at} for c, at in started]
@@ -414,20 +393,14 @@ class SqlRuns:
         expired = sa.and_(
             _r.state == RunState.RUNNING.value, _r.lease_until < store_now(self._conn, now)
         )
-        failed = self._conn.execute(
-            sa.update(t.runs)
-            .where(expired, _r.attempts >= max_attempts)
-            .values(
-                state=RunState.FAILED.value,
-                ended_at=now,
-                lease_until=None,
-                error=run_error(
-                    RunErrorCode.WORKER_LOST,
-                    f"its worker was lost {max_attempts} times (the lease of every attempt "
-                    "ran out before an outcome was recorded)",
-                ),
-            )
-        ).rowcount
+        failed = self._end(
+            [expired, _r.attempts >= max_attempts],
+            RunState.FAILED,
+            RunErrorCode.WORKER_LOST,
+            f"its worker was lost {max_attempts} times (the lease of every attempt "
+            "ran out before an outcome was recorded)",
+            now,
+        )
         requeued = self._conn.execute(
             sa.update(t.runs)
             .where(expired)
@@ -450,32 +423,41 @@ class SqlRuns:
         overdue = passed(
             self._conn, _r.claimed_at, _r.timeout_seconds + sa.literal(grace_seconds), now
         )
-        return self._conn.execute(
-            sa.update(t.runs)
-            .where(_r.state == RunState.RUNNING.value, _r.claimed_at.is_not(None), overdue)
-            .values(
-                state=RunState.TIMED_OUT.value,
-                ended_at=now,
-                lease_until=None,
-                error=run_error(
-                    RunErrorCode.TIMED_OUT,
-                    f"still running {grace_seconds:g} s after its execution timeout, so the "
-                    "store ended it (its worker did not)",
-                ),
-            )
-        ).rowcount
+        return self._end(
+            [_r.state == RunState.RUNNING.value, _r.claimed_at.is_not(None), overdue],
+            RunState.TIMED_OUT,
+            RunErrorCode.TIMED_OUT,
+            f"still running {grace_seconds:g} s after its execution timeout, so the "
+            "store ended it (its worker did not)",
+            now,
+        )
 
     def time_out_pending(self, queued_before: datetime, now: datetime, timeout: float) -> int:
         """Runs waiting in the queue since before ``queued_before`` end ``timed_out`` (WF-7),
         including runs requeued after a lost worker that no worker picks up again."""
-        return self._conn.execute(
+        return self._end(
+            [_r.state == RunState.PENDING.value, _r.queued_at < queued_before],
+            RunState.TIMED_OUT,
+            RunErrorCode.TIMED_OUT,
+            f"no worker picked it up within {timeout:g} s",
+            now,
+        )
+
+    def _end(
+        self,
+        where: Sequence[sa.ColumnElement[bool]],
+        state: RunState,
+        code: RunErrorCode,
+        message: str,
+        now: datetime,
+    ) -> int:
+        """End the runs ``where`` matches as the store decided, no worker having recorded
+        an outcome: why in their error, no lease left (a pending run holds none); how many."""
+        ended = (
             sa.update(t.runs)
-            .where(_r.state == RunState.PENDING.value, _r.queued_at < queued_before)
+            .where(*where)
             .values(
-                state=RunState.TIMED_OUT.value,
-                ended_at=now,
-                error=run_error(
-                    RunErrorCode.TIMED_OUT, f"no worker picked it up within {timeout:g} s"
-                ),
+                state=state.value, ended_at=now, lease_until=None, error=run_error(code, message)
             )
-        ).rowcount
+        )
+        return self._conn.execute(ended).rowcount

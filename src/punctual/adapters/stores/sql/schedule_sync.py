@@ -9,6 +9,7 @@ import sqlalchemy as sa
 
 from punctual.adapters.stores.sql import tables as t
 from punctual.adapters.stores.sql.dialects import insert_ignore, upsert
+from punctual.adapters.stores.sql.rows import record_columns, record_from_row
 from punctual.domain.timeutil import parse_rfc3339, to_rfc3339
 from punctual.ports.driver import SkipMark, SyncRecord, SyncState
 
@@ -42,13 +43,11 @@ class SqlScheduleSync:
             sa.select(t.schedule_sync).where(_s.schedule_id.in_(list(schedule_ids)))
         ).mappings()
         return {
-            row["schedule_id"]: SyncRecord(
-                schedule_id=row["schedule_id"],
+            row["schedule_id"]: record_from_row(
+                SyncRecord,
+                row,
                 state=SyncState(row["state"]),
-                checked_at=row["checked_at"],
                 next_fire_times=[parse_rfc3339(v) for v in row["next_fire_times"]],
-                digest=row["digest"],
-                create_token=row["create_token"],
             )
             for row in rows
         }
@@ -58,14 +57,11 @@ class SqlScheduleSync:
             self._conn,
             t.schedule_sync,
             [
-                {
-                    "schedule_id": record.schedule_id,
-                    "state": record.state.value,
-                    "checked_at": record.checked_at,
-                    "next_fire_times": [to_rfc3339(v) for v in record.next_fire_times],
-                    "digest": record.digest,
-                    "create_token": record.create_token,
-                }
+                record_columns(
+                    record,
+                    state=record.state.value,
+                    next_fire_times=[to_rfc3339(v) for v in record.next_fire_times],
+                )
             ],
             ["schedule_id"],
         )

@@ -19,6 +19,7 @@ from punctual.adapters.stores.sql.dialects import (
     update_many,
     upsert,
 )
+from punctual.adapters.stores.sql.reads import first_record
 from punctual.domain.schedules import (
     SETTINGS,
     MissedPolicy,
@@ -160,8 +161,7 @@ class SqlSchedules:
             query = query.where(_c.deleted_at.is_(None))
         if lock:
             query = for_update(query, self._conn, of=t.schedules)
-        row = self._conn.execute(query).mappings().first()
-        return schedule_from_row(row) if row else None
+        return first_record(self._conn, query, schedule_from_row)
 
     def _execute_naming(self, statement: sa.Executable) -> sa.CursorResult[Any]:
         """Run an insert or update that may set a name, mapping a lost race for the name."""
@@ -204,8 +204,7 @@ class SqlSchedules:
         query = _with_status().where(_c.tenant == tenant, _c.name == name, _c.deleted_at.is_(None))
         if lock:
             query = for_update(query, self._conn, of=t.schedules)
-        row = self._conn.execute(query).mappings().first()
-        return schedule_from_row(row) if row else None
+        return first_record(self._conn, query, schedule_from_row)
 
     def by_creator(self, tenant: str, subject: str) -> list[Schedule]:
         query = _with_status().where(
@@ -425,5 +424,4 @@ class SqlSchedules:
     def lock_for_dispatch(self, schedule_id: str) -> Schedule | None:
         """Serialize overlap decisions of one schedule across runners (RS-3)."""
         query = for_update(_with_status().where(_c.id == schedule_id), self._conn, of=t.schedules)
-        row = self._conn.execute(query).mappings().first()
-        return schedule_from_row(row) if row else None
+        return first_record(self._conn, query, schedule_from_row)

@@ -9,7 +9,7 @@ import sqlalchemy as sa
 
 from punctual.adapters.stores.sql import tables as t
 from punctual.adapters.stores.sql.dialects import insert_returning
-from punctual.adapters.stores.sql.rows import start_from_row
+from punctual.adapters.stores.sql.rows import encrypted_columns, record_columns, start_from_row
 from punctual.domain.starts import ScheduledStart, StartState
 from punctual.ports.records import NewStart
 
@@ -22,27 +22,16 @@ def insert_starts(
     """Insert new starts (``scheduled``, version 1, due at ``start_at``) with one
     ``INSERT … RETURNING``; returned in the order given."""
     rows = [
-        {
-            "id": n.id,
-            "tenant": n.tenant,
-            "workflow": n.workflow,
-            "business_request_id": n.business_request_id,
-            "start_at": n.start_at,
-            "time_zone": n.time_zone,
-            "workload_class": n.workload_class,
-            "attributes": n.attributes,
-            "traceparent": n.traceparent,
-            "input": n.input.ciphertext,
-            "input_key_id": n.input.key_id,
-            "state": StartState.SCHEDULED.value,
-            "version": 1,
-            "attempts": 0,
-            "due_at": n.start_at,
-            "created_by": n.created_by,
-            "created_at": now,
-            "updated_at": now,
-            "run_id": n.run_id,
-        }
+        record_columns(
+            n,
+            **encrypted_columns("input", n.input),
+            state=StartState.SCHEDULED.value,
+            version=1,
+            attempts=0,
+            due_at=n.start_at,
+            created_at=now,
+            updated_at=now,
+        )
         for n in new
     ]
     inserted = insert_returning(conn, t.starts, rows, _ALL_COLUMNS)

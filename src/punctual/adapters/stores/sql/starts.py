@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 from collections.abc import Sequence
-from dataclasses import replace
+from dataclasses import astuple, replace
 from datetime import datetime
 from typing import Any
 
@@ -23,7 +23,15 @@ from punctual.adapters.stores.sql.dialects import (
 from punctual.adapters.stores.sql.keys import key_usage
 from punctual.adapters.stores.sql.listener import DUE_CHANNEL
 from punctual.adapters.stores.sql.pending_counts import pending_by_class
-from punctual.adapters.stores.sql.rows import last_error_to_json, start_from_row
+from punctual.adapters.stores.sql.reads import first_record
+from punctual.adapters.stores.sql.rows import (
+    encrypted_columns,
+    encrypted_from_row,
+    last_error_to_json,
+    record_columns,
+    record_from_row,
+    start_from_row,
+)
 from punctual.adapters.stores.sql.start_inserts import insert_starts
 from punctual.domain.schedules import OccurrenceOrigin
 from punctual.domain.starts import LastError, ScheduledStart, StartState
@@ -32,7 +40,6 @@ from punctual.ports.records import (
     ClaimedStart,
     ClaimToken,
     DispatchedStart,
-    EncryptedInput,
     NewOccurrence,
     NewStart,
     StartFilter,
@@ -42,22 +49,25 @@ from punctual.ports.records import (
 _s = t.starts.c
 _PENDING = (StartState.SCHEDULED.value, StartState.DISPATCHING.value)
 _TOKEN = ["id", "version", "claimed_by", "claim_seq"]
-"""The columns a claim token matches on (FT-5)."""
+"""The columns a claim token matches on (FT-5), in the order of ``ClaimToken``'s fields."""
 
 
 def _token_row(claim: ClaimToken) -> dict[str, Any]:
-    return {
-        "id": claim.start_id,
-        "version": claim.version,
-        "claimed_by": claim.claimed_by,
-        "claim_seq": claim.claim_seq,
-    }
+    return dict(zip(_TOKEN, astuple(claim), strict=True))
 
 
 def _held(conn: sa.Connection, now: datetime) -> list[sa.ColumnElement[bool]]:
     """Still dispatching under a lease that has not run out by the store's clock (the
     database's on PostgreSQL, the process clock ``now`` on SQLite, FT-2)."""
     return [_s.state == StartState.DISPATCHING.value, _s.lease_until >= store_now(conn, now)]
+
+
+def _transition(now: datetime, **changes: Any) -> dict[str, Any]:
+    """The values of a user-visible transition (OS-7): ``changes`` (a ``LastError`` as its
+    JSON), the next version and ``updated_at``."""
+    if isinstance(changes.get("last_error"), LastError):
+        changes["last_error"] = last_error_to_json(changes["last_error"])
+    return {"version": _s.version + 1, "updated_at": now, **changes}
 
 
 def _origin(row: RowMapping) -> dict[str, Any]:
@@ -77,6 +87,10 @@ def _origin(row: RowMapping) -> dict[str, Any]:
 
 def _occurrence_from_row(row: RowMapping) -> ScheduledStart:
     return replace(start_from_row(row), origin=_origin(row))
+
+
+def _stored_occurrence(row: RowMapping) -> StoredOccurrence:
+    return StoredOccurrence(_occurrence_from_row(row), row["rerun"])
 
 
 _QUEUED_BACKFILL = sa.and_(
@@ -103,38 +117,18 @@ class SqlStarts:
     def insert_occurrences(self, occurrences: Sequence[NewOccurrence], now: datetime) -> int:
         """Insert occurrences; one already present for (schedule, occurrence_at) is kept
         as it is (RS-5: after a commit the same occurrence is retried, never regenerated)."""
-        rows: list[dict[str, Any]] = [
-            {
-                "id": o.id,
-                "tenant": o.tenant,
-                "workflow": o.workflow,
-                "business_request_id": o.business_request_id,
+        rows = [
+            record_columns(
+                o,
+                **encrypted_columns("input", o.input),
                 # What ``scheduled_at`` shows: jitter and a catch-up's lateness included.
-                "start_at": o.due_at,
-                "workload_class": o.workload_class,
-                "attributes": {},
-                "input": o.input.ciphertext,
-                "input_key_id": o.input.key_id,
-                "state": o.state,
-                "version": 1,
-                "attempts": 0,
-                "due_at": o.due_at,
-                "reason": o.reason,
-                "created_by": o.created_by,
-                "created_at": now,
-                "updated_at": now,
-                "run_id": o.run_id,
-                "schedule_id": o.schedule_id,
-                "occurrence_at": o.occurrence_at,
-                "nominal": o.nominal,
-                "dst_adjustment": o.dst_adjustment,
-                "revision": o.revision,
-                "range_last": o.range_last,
-                "range_count": o.range_count,
-                "origin": o.origin,
-                "overlap": o.overlap,
-                "rerun": o.rerun,
-            }
+                start_at=o.due_at,
+                attributes={},
+                version=1,
+                attempts=0,
+                created_at=now,
+                updated_at=now,
+            )
             for o in occurrences
         ]
         return insert_ignore(self._conn, t.starts, rows, ["schedule_id", "occurrence_at", "rerun"])
@@ -153,10 +147,7 @@ class SqlStarts:
             )
             .order_by(_s.occurrence_at, _s.rerun)
         )
-        return [
-            StoredOccurrence(_occurrence_from_row(row), row["rerun"])
-            for row in self._conn.execute(query).mappings()
-        ]
+        return [_stored_occurrence(row) for row in self._conn.execute(query).mappings()]
 
     def latest_fired_before(self, schedule_id: str, before: datetime) -> StoredOccurrence | None:
         # Walks the (schedule_id, occurrence_at, rerun) key backwards from ``before``.
@@ -171,8 +162,7 @@ class SqlStarts:
             .order_by(_s.occurrence_at.desc(), _s.rerun.desc())
             .limit(1)
         )
-        row = self._conn.execute(query).mappings().first()
-        return StoredOccurrence(_occurrence_from_row(row), row["rerun"]) if row else None
+        return first_record(self._conn, query, _stored_occurrence)
 
     def get_occurrence(
         self, tenant: str, schedule_id: str, occurrence_id: str, *, lock: bool = False
@@ -182,8 +172,7 @@ class SqlStarts:
         )
         if lock:
             query = for_update(query, self._conn)
-        row = self._conn.execute(query).mappings().first()
-        return _occurrence_from_row(row) if row else None
+        return first_record(self._conn, query, _occurrence_from_row)
 
     def find_occurrences(
         self, schedule_id: str, state: str | None, after_seq: int, limit: int
@@ -202,12 +191,7 @@ class SqlStarts:
                 _s.schedule_id == schedule_id,
                 _s.state.in_([StartState.SCHEDULED.value, StartState.BUFFERED.value]),
             )
-            .values(
-                state=StartState.CANCELED.value,
-                reason=reason,
-                version=_s.version + 1,
-                updated_at=now,
-            )
+            .values(_transition(now, state=StartState.CANCELED.value, reason=reason))
         ).rowcount
 
     def buffered_of(self, schedule_id: str) -> int:
@@ -235,12 +219,7 @@ class SqlStarts:
         released = self._conn.execute(
             sa.update(t.starts)
             .where(_s.state == StartState.BUFFERED.value, ~_QUEUED_BACKFILL, ~active)
-            .values(
-                state=StartState.SCHEDULED.value,
-                due_at=now,
-                version=_s.version + 1,
-                updated_at=now,
-            )
+            .values(_transition(now, state=StartState.SCHEDULED.value, due_at=now))
         ).rowcount
         return released + self._release_queued_backfills(now)
 
@@ -291,12 +270,7 @@ class SqlStarts:
         return self._conn.execute(
             sa.update(t.starts)
             .where(_s.id.in_(ids), _QUEUED_BACKFILL)
-            .values(
-                state=StartState.SCHEDULED.value,
-                due_at=now,
-                version=_s.version + 1,
-                updated_at=now,
-            )
+            .values(_transition(now, state=StartState.SCHEDULED.value, due_at=now))
         ).rowcount
 
     def occurrence_counts(self, tenant: str) -> dict[str, dict[str, int]]:
@@ -332,8 +306,7 @@ class SqlStarts:
         )
         if lock:
             query = for_update(query, self._conn)
-        row = self._conn.execute(query).mappings().first()
-        return start_from_row(row) if row else None
+        return first_record(self._conn, query, start_from_row)
 
     def allocation_of_run(self, tenant: str, run_id: str) -> tuple[StartState, str] | None:
         query = sa.select(_s.state, _s.created_by).where(_s.tenant == tenant, _s.run_id == run_id)
@@ -408,32 +381,29 @@ class SqlStarts:
         This is the arbiter of OS-7: dispatch, reschedule and cancel all go through it, so
         exactly one of them owns each version.
         """
-        if "last_error" in changes and isinstance(changes["last_error"], LastError):
-            changes["last_error"] = last_error_to_json(changes["last_error"])
-        result = self._conn.execute(
-            sa.update(t.starts)
-            .where(_s.id == start_id, _s.version == expected_version)
-            .values(version=_s.version + 1, updated_at=now, **changes)
-        )
-        return result.rowcount == 1
+        return self._apply([_s.id == start_id, _s.version == expected_version], now, changes)
+
+    def _apply(
+        self, where: Sequence[sa.ColumnElement[bool]], now: datetime, changes: dict[str, Any]
+    ) -> bool:
+        """``changes`` as a transition of the one start ``where`` matches; False if none."""
+        update = sa.update(t.starts).where(*where).values(_transition(now, **changes))
+        return self._conn.execute(update).rowcount == 1
 
     def mark_dispatched_many(self, rows: Sequence[DispatchedStart], now: datetime) -> set[str]:
         """Record many claims dispatched at once, each only under its claim token and while
         its lease runs (the arbiter of OS-7, batched); returns the ids that were still held."""
         if not rows:
             return set()
-        fixed = {
-            "state": StartState.DISPATCHED.value,
-            "version": _s.version + 1,
-            "dispatched_at": now,
-            "next_attempt_at": None,
-            "claimed_by": None,
-            "lease_until": None,
-            "updated_at": now,
-        }
-        return update_many(
-            self._conn,
-            t.starts,
+        fixed = _transition(
+            now,
+            state=StartState.DISPATCHED.value,
+            dispatched_at=now,
+            next_attempt_at=None,
+            claimed_by=None,
+            lease_until=None,
+        )
+        return self._update_claimed(
             [
                 {
                     **_token_row(r.claim),
@@ -443,7 +413,6 @@ class SqlStarts:
                 }
                 for r in rows
             ],
-            match=_TOKEN,
             columns=["attempts", "definition_version", "artifact"],
             fixed=fixed,
             where=_held(self._conn, now),
@@ -451,44 +420,24 @@ class SqlStarts:
 
     def settle_claim(self, claim: ClaimToken, now: datetime, **changes: Any) -> bool:
         """A dispatch outcome other than "dispatched", applied only under ``claim``."""
-        if "last_error" in changes and isinstance(changes["last_error"], LastError):
-            changes["last_error"] = last_error_to_json(changes["last_error"])
-        result = self._conn.execute(
-            sa.update(t.starts)
-            .where(
-                _s.id == claim.start_id,
-                _s.version == claim.version,
-                _s.claimed_by == claim.claimed_by,
-                _s.claim_seq == claim.claim_seq,
-                *_held(self._conn, now),
-            )
-            .values(version=_s.version + 1, updated_at=now, **changes)
-        )
-        return result.rowcount == 1
+        under_claim = [_s[name] == value for name, value in _token_row(claim).items()]
+        return self._apply([*under_claim, *_held(self._conn, now)], now, changes)
 
     def renew_claims(
         self, claims: Sequence[ClaimToken], lease_seconds: float, now: datetime
     ) -> set[str]:
         """Leases of the claims still held, extended to ``lease_seconds`` after the store's
         clock; not a transition, so no version bump."""
-        return update_many(
-            self._conn,
-            t.starts,
+        return self._update_claimed(
             [_token_row(c) for c in claims],
-            match=_TOKEN,
-            columns=[],
             fixed={"lease_until": lease_expiry(self._conn, lease_seconds, now)},
             where=_held(self._conn, now),
         )
 
     def release_claims(self, claims: Sequence[ClaimToken], now: datetime) -> set[str]:
         """Claims given back untouched: version, attempts and due time stay as they were."""
-        return update_many(
-            self._conn,
-            t.starts,
+        return self._update_claimed(
             [_token_row(c) for c in claims],
-            match=_TOKEN,
-            columns=[],
             fixed={
                 "state": StartState.SCHEDULED.value,
                 "claimed_by": None,
@@ -496,6 +445,20 @@ class SqlStarts:
                 "updated_at": now,
             },
             where=[_s.state == StartState.DISPATCHING.value],
+        )
+
+    def _update_claimed(
+        self,
+        rows: Sequence[dict[str, Any]],
+        *,
+        fixed: dict[str, Any],
+        where: Sequence[sa.ColumnElement[bool]],
+        columns: Sequence[str] = (),
+    ) -> set[str]:
+        """Update each start still under the claim token its row carries (``_token_row``),
+        with the row's ``columns`` and the ``fixed`` values; the ids updated."""
+        return update_many(
+            self._conn, t.starts, rows, match=_TOKEN, columns=columns, fixed=fixed, where=where
         )
 
     def states_of(self, start_ids: Sequence[str]) -> dict[str, StartState]:
@@ -561,25 +524,13 @@ class SqlStarts:
             )
         )
         return [
-            ClaimedStart(
-                id=r["id"],
-                tenant=r["tenant"],
-                workflow=r["workflow"],
-                workload_class=r["workload_class"],
-                traceparent=r["traceparent"],
-                input=EncryptedInput(r["input_key_id"], r["input"]),
-                created_by=r["created_by"],
-                run_id=r["run_id"],
-                version=r["version"],
-                attempts=r["attempts"],
+            record_from_row(
+                ClaimedStart,
+                r,
+                input=encrypted_from_row(r, "input"),
                 origin=_origin(r),
-                schedule_id=r["schedule_id"],
-                due_at=r["due_at"],
-                occurrence_at=r["occurrence_at"],
                 claimed_by=runner_id,
-                claim_seq=r["claim_seq"],
                 occurrence_origin=r["origin"],
-                overlap=r["overlap"],
             )
             for r in sorted(claimed.mappings(), key=lambda r: (r["due_at"], r["id"]))
         ]

@@ -18,6 +18,13 @@ from sqlalchemy.engine import RowMapping
 
 from punctual.adapters.stores.sql import tables as t
 from punctual.adapters.stores.sql.dialects import for_update, insert_ignore, update_many
+from punctual.adapters.stores.sql.reads import first_record, newest_first
+from punctual.adapters.stores.sql.rows import (
+    encrypted_columns,
+    encrypted_from_row,
+    record_columns,
+    record_from_row,
+)
 from punctual.ports.records import (
     ClaimedDelivery,
     Delivery,
@@ -41,48 +48,21 @@ _PENDING_LITERAL: sa.ColumnElement[str] = sa.literal_column("'pending'")
 
 
 def _secret(row: RowMapping) -> EncryptedInput | None:
-    if row["secret"] is None:
-        return None
-    return EncryptedInput(row["secret_key_id"], row["secret"])
+    return None if row["secret"] is None else encrypted_from_row(row, "secret")
 
 
 def _webhook(row: RowMapping) -> WebhookRecord:
-    return WebhookRecord(
-        id=row["id"],
-        tenant=row["tenant"],
-        url=EncryptedInput(row["url_key_id"], row["url"]),
-        url_display=row["url_display"],
+    return record_from_row(
+        WebhookRecord,
+        row,
+        url=encrypted_from_row(row, "url"),
         secret=_secret(row),
         events=list(row["events"] or []),
-        created_by=row["created_by"],
-        created_at=row["created_at"],
-        updated_at=row["updated_at"],
-        seq=row["seq"],
     )
 
 
 def _delivery(row: RowMapping) -> Delivery:
-    return Delivery(
-        id=row["id"],
-        tenant=row["tenant"],
-        webhook_id=row["webhook_id"],
-        event_id=row["event_id"],
-        kind=row["kind"],
-        status=row["status"],
-        attempts=row["attempts"],
-        last_status_code=row["last_status_code"],
-        last_error=row["last_error"],
-        next_attempt_at=row["next_attempt_at"],
-        delivered_at=row["delivered_at"],
-        created_at=row["created_at"],
-        seq=row["seq"],
-    )
-
-
-def _encrypted_columns(name: str, value: EncryptedInput | None) -> dict[str, Any]:
-    if value is None:
-        return {name: None, f"{name}_key_id": None}
-    return {name: value.ciphertext, f"{name}_key_id": value.key_id}
+    return record_from_row(Delivery, row)
 
 
 class SqlWebhooks:
@@ -90,19 +70,15 @@ class SqlWebhooks:
         self._conn = conn
 
     def insert(self, new: NewWebhook, now: datetime) -> WebhookRecord:
-        self._conn.execute(
-            sa.insert(t.webhooks).values(
-                id=new.id,
-                tenant=new.tenant,
-                **_encrypted_columns("url", new.url),
-                url_display=new.url_display,
-                **_encrypted_columns("secret", new.secret),
-                events=list(new.events),
-                created_by=new.created_by,
-                created_at=now,
-                updated_at=now,
-            )
+        columns = record_columns(
+            new,
+            **encrypted_columns("url", new.url),
+            **encrypted_columns("secret", new.secret),
+            events=list(new.events),
+            created_at=now,
+            updated_at=now,
         )
+        self._conn.execute(sa.insert(t.webhooks).values(columns))
         created = self.get(new.tenant, new.id)
         assert created is not None
         return created
@@ -111,8 +87,7 @@ class SqlWebhooks:
         query = sa.select(t.webhooks).where(
             _w.tenant == tenant, _w.id == webhook_id, _w.deleted_at.is_(None)
         )
-        row = self._conn.execute(query).mappings().first()
-        return _webhook(row) if row else None
+        return first_record(self._conn, query, _webhook)
 
     def find(self, tenant: str, after_seq: int, limit: int) -> list[WebhookRecord]:
         query = (
@@ -131,9 +106,9 @@ class SqlWebhooks:
             raise ValueError(f"a webhook has no changeable field {sorted(unknown)}")
         values: dict[str, Any] = {"updated_at": now}
         if "url" in changes:
-            values.update(_encrypted_columns("url", changes["url"]))
+            values.update(encrypted_columns("url", changes["url"]))
         if "secret" in changes:
-            values.update(_encrypted_columns("secret", changes["secret"]))
+            values.update(encrypted_columns("secret", changes["secret"]))
         if "url_display" in changes:
             values["url_display"] = changes["url_display"]
         if "events" in changes:
@@ -179,22 +154,9 @@ class SqlWebhooks:
 
     def enqueue(self, deliveries: Sequence[NewDelivery], now: datetime) -> None:
         rows = [
-            {
-                "id": d.id,
-                "tenant": d.tenant,
-                "webhook_id": d.webhook_id,
-                "event_id": d.event_id,
-                "kind": d.kind,
-                "payload": d.payload,
-                "schedule_id": d.schedule_id,
-                "occurrence_id": d.occurrence_id,
-                "run_id": d.run_id,
-                "status": _PENDING,
-                "attempts": 0,
-                "next_attempt_at": now,
-                "created_at": now,
-                "updated_at": now,
-            }
+            record_columns(
+                d, status=_PENDING, attempts=0, next_attempt_at=now, created_at=now, updated_at=now
+            )
             for d in deliveries
         ]
         for i in range(0, len(rows), 500):
@@ -247,16 +209,11 @@ class SqlWebhooks:
             fixed={"updated_at": now},
         )
         return [
-            ClaimedDelivery(
-                id=row["id"],
-                tenant=row["tenant"],
-                webhook_id=row["webhook_id"],
-                event_id=row["event_id"],
-                kind=row["kind"],
+            record_from_row(
+                ClaimedDelivery,
+                row,
                 payload=dict(row["payload"]),
-                attempts=row["attempts"],
-                created_at=row["created_at"],
-                url=EncryptedInput(row["url_key_id"], row["url"]),
+                url=encrypted_from_row(row, "url"),
                 secret=_secret(row),
                 claim_token=tokens[row["id"]],
             )
@@ -300,17 +257,14 @@ class SqlWebhooks:
         query = sa.select(t.webhook_deliveries).where(
             _d.tenant == tenant, _d.webhook_id == webhook_id
         )
-        if before_seq is not None:
-            query = query.where(_d.seq < before_seq)
-        query = query.order_by(_d.seq.desc()).limit(limit)
+        query = newest_first(query, _d.seq, before_seq, limit)
         return [_delivery(row) for row in self._conn.execute(query).mappings()]
 
     def get_delivery(self, tenant: str, webhook_id: str, delivery_id: str) -> Delivery | None:
         query = sa.select(t.webhook_deliveries).where(
             _d.tenant == tenant, _d.webhook_id == webhook_id, _d.id == delivery_id
         )
-        row = self._conn.execute(query).mappings().first()
-        return _delivery(row) if row else None
+        return first_record(self._conn, query, _delivery)
 
     def redeliver(
         self, tenant: str, webhook_id: str, delivery_id: str, new_id: str, now: datetime
@@ -334,22 +288,15 @@ class SqlWebhooks:
         )
         if original is None:
             return None
-        self.enqueue(
-            [
-                NewDelivery(
-                    id=new_id,
-                    tenant=tenant,
-                    webhook_id=webhook_id,
-                    event_id=original["event_id"],
-                    kind=original["kind"],
-                    payload=dict(original["payload"]),
-                    schedule_id=original["schedule_id"],
-                    occurrence_id=original["occurrence_id"],
-                    run_id=original["run_id"],
-                )
-            ],
-            now,
+        again = record_from_row(
+            NewDelivery,
+            original,
+            id=new_id,
+            tenant=tenant,
+            webhook_id=webhook_id,
+            payload=dict(original["payload"]),
         )
+        self.enqueue([again], now)
         return self.get_delivery(tenant, webhook_id, new_id)
 
     def count_failed(self, tenant: str) -> int:
