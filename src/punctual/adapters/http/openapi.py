@@ -20,7 +20,7 @@ from pydantic import BaseModel
 from pydantic.json_schema import models_json_schema
 
 from punctual import resources
-from punctual.adapters.http.schemas import REQUEST_BODIES
+from punctual.adapters.http.schemas import REQUEST_BODIES, request_body_ref
 from punctual.adapters.http.status import status_of
 from punctual.resources import Error, InProgress
 
@@ -138,6 +138,58 @@ _EXAMPLE_MESSAGES = {
     "quota_exceeded": "tenant default has 10000 pending starts, its limit is 10000",
     "store_unavailable": "the database is unavailable; retry the same request later",
 }
+
+
+# --------------------------------------------------------------------------- declarations
+
+IDEMPOTENCY_KEY_PARAMETER = {
+    "name": "Idempotency-Key",
+    "in": "header",
+    "required": True,
+    "description": "1-255 visible ASCII characters, unique per logical request; "
+    "the same key and request replay the recorded answer.",
+    "schema": {"type": "string", "minLength": 1, "maxLength": 255, "pattern": "^[!-~]+$"},
+}
+
+IDEMPOTENCY_DOC = (
+    "Needs an `Idempotency-Key` header; the same key and request replay the recorded answer."
+)
+
+
+def mutation_doc(model: type[BaseModel] | None = None) -> dict[str, Any]:
+    """OpenAPI of a mutation: its ``Idempotency-Key`` header and the body the route parses
+    itself (so that replay and authentication come before validation)."""
+    doc: dict[str, Any] = {"parameters": [IDEMPOTENCY_KEY_PARAMETER]}
+    if model is not None:
+        doc["requestBody"] = request_body_ref(model)
+    return doc
+
+
+def answering(status: int, model: Any, *refusals: Refusals) -> dict[str, Any]:
+    """A route's declaration of its answers: ``model`` is documented but never applied
+    (``response_model=None``), so that documenting never filters an answer."""
+    return {
+        "status_code": status,
+        "response_model": None,
+        "responses": answers(status, model, *refusals),
+    }
+
+
+def mutating(
+    status: int,
+    model: Any,
+    *refusals: Refusals,
+    answer: str,
+    body: type[BaseModel] | None = None,
+) -> dict[str, Any]:
+    """A mutation's declaration: its answers (every mutation's refusals among them, and the
+    ``202 in_progress`` of the bounded wait) and its ``mutation_doc``."""
+    return {
+        "status_code": status,
+        "response_model": None,
+        "responses": answers(status, model, MUTATION, *refusals, mutation=True, description=answer),
+        "openapi_extra": mutation_doc(body),
+    }
 
 
 # --------------------------------------------------------------------------- the document

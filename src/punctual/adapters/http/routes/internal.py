@@ -15,7 +15,7 @@ it has its own, ``GET /internal/openapi.json``, behind the same guard.
 from __future__ import annotations
 
 import hmac
-from typing import Annotated, Any
+from typing import Any
 
 from fastapi import APIRouter, Depends, FastAPI, Request, Security
 from fastapi.responses import JSONResponse
@@ -26,8 +26,8 @@ from starlette.types import ASGIApp, Receive, Scope, Send
 import punctual
 from punctual.adapters.http import errors, status
 from punctual.adapters.http.edge import Edge, parse_body, refuse_unstorable_parameters
-from punctual.adapters.http.openapi import Refusals, answers, operation_id
-from punctual.adapters.http.routes.common import get_edge, raw_body
+from punctual.adapters.http.openapi import Refusals, answering, operation_id
+from punctual.adapters.http.routes.common import BodyDep, EdgeDep
 from punctual.domain.runs import DefinitionState
 from punctual.errors import NotFound
 from punctual.resources import (
@@ -164,9 +164,6 @@ _BODY: Refusals = ("body_too_large", "validation_error")
 _IN_USE: Refusals = ("in_use",)
 _DRIVER_DOWN: Refusals = ("engine_unavailable",)
 
-EdgeDep = Annotated[Edge, Depends(get_edge)]
-BodyDep = Annotated[bytes, Depends(raw_body)]
-
 
 # Declares the header in the tree's document; it checks nothing: ``InternalGuard`` has
 # already admitted every request that reaches a route.
@@ -190,8 +187,7 @@ router = APIRouter(
 
 @router.get(
     "/definitions",
-    response_model=None,
-    responses=answers(200, DefinitionInUsePage, _GUARDED),
+    **answering(200, DefinitionInUsePage, _GUARDED),
     description="Every workflow definition version with what still needs it, and the "
     "codec keys: what `punctual definitions check` prints. All in one page.",
 )
@@ -215,8 +211,7 @@ def _lifecycle(edge: Edge, name: str, version: str, state: DefinitionState) -> d
 
 @router.post(
     "/definitions/{name}/{version}/activate",
-    response_model=None,
-    responses=answers(200, Definition, _GUARDED, _PATH),
+    **answering(200, Definition, _GUARDED, _PATH),
     description="Make this the workflow's active version (the previous one is deprecated).",
 )
 def activate_definition(name: str, version: str, edge: EdgeDep) -> dict[str, Any]:
@@ -225,8 +220,7 @@ def activate_definition(name: str, version: str, edge: EdgeDep) -> dict[str, Any
 
 @router.post(
     "/definitions/{name}/{version}/deprecate",
-    response_model=None,
-    responses=answers(200, Definition, _GUARDED, _PATH),
+    **answering(200, Definition, _GUARDED, _PATH),
     description="New dispatches stop using this version; what still needs it keeps it.",
 )
 def deprecate_definition(name: str, version: str, edge: EdgeDep) -> dict[str, Any]:
@@ -235,8 +229,7 @@ def deprecate_definition(name: str, version: str, edge: EdgeDep) -> dict[str, An
 
 @router.post(
     "/definitions/{name}/{version}/retire",
-    response_model=None,
-    responses=answers(200, Definition, _GUARDED, _PATH, _IN_USE),
+    **answering(200, Definition, _GUARDED, _PATH, _IN_USE),
     description="Retire this version; `409 in_use`, with `details.users`, while anything "
     "still needs it.",
 )
@@ -246,8 +239,7 @@ def retire_definition(name: str, version: str, edge: EdgeDep) -> dict[str, Any]:
 
 @router.get(
     "/health",
-    response_model=None,
-    responses=answers(200, HostHealth, _GUARDED),
+    **answering(200, HostHealth, _GUARDED),
     description="Host-wide health: every tenant's status, the live workers, the engine and "
     "the open orphaned-schedule findings.",
 )
@@ -257,8 +249,7 @@ def host_health(edge: EdgeDep) -> dict[str, Any]:
 
 @router.post(
     "/reconcile",
-    response_model=None,
-    responses=answers(200, ReconcileReport, _GUARDED, _DRIVER_DOWN),
+    **answering(200, ReconcileReport, _GUARDED, _DRIVER_DOWN),
     description="One reconciliation sweep of schedules with the firing driver; all zeros "
     "on the SQL driver, where the store is what fires.",
 )
@@ -268,15 +259,13 @@ def reconcile_schedules(edge: EdgeDep) -> dict[str, Any]:
 
 @router.post(
     "/holds",
-    status_code=201,
-    response_model=None,
-    responses=answers(201, Hold, _GUARDED, _BODY, ("not_found",)),
     openapi_extra={
         "requestBody": {
             "required": True,
             "content": {"application/json": {"schema": HostHoldBody.model_json_schema()}},
         }
     },
+    **answering(201, Hold, _GUARDED, _BODY, ("not_found",)),
     description="A hold placed by the host (`placed_by_host: true`, `created_by: host`) on a "
     "record of any tenant; a tenant admin cannot release it. Audited in the tenant's log.",
 )
@@ -290,8 +279,7 @@ def place_host_hold(request: Request, edge: EdgeDep, raw: BodyDep) -> JSONRespon
 
 @router.post(
     "/holds/{hold_id}/release",
-    response_model=None,
-    responses=answers(200, Hold, _GUARDED, _PATH),
+    **answering(200, Hold, _GUARDED, _PATH),
     description="Release any hold of any tenant (idempotent). Audited in the tenant's log.",
 )
 def release_host_hold(hold_id: str, request: Request, edge: EdgeDep) -> dict[str, Any]:

@@ -5,30 +5,33 @@ from __future__ import annotations
 from datetime import datetime
 from typing import Annotated, Any
 
-from fastapi import APIRouter, Depends, Query, Request, Security
+from fastapi import Query
 from fastapi.responses import JSONResponse, Response
 
-from punctual.adapters.http.edge import (
-    Edge,
-    load_json,
-    mutate,
-    parse_body,
-    parse_limit,
-    parse_object,
-    parse_whole_number,
-)
-from punctual.adapters.http.openapi import ADMIN, LIST, MUTATION, READ, VERSIONED, answers
-from punctual.adapters.http.routes.common import (
-    BEARER,
+from punctual.adapters.http.edge import load_json, parse_limit, parse_object, parse_whole_number
+from punctual.adapters.http.openapi import (
+    ADMIN,
     IDEMPOTENCY_DOC,
-    INSTANT,
-    PageCursor,
-    PageLimit,
-    documented_as,
-    get_edge,
+    LIST,
+    MUTATION,
+    READ,
+    VERSIONED,
+    answering,
+    answers,
+    mutating,
     mutation_doc,
-    one_of,
-    raw_body,
+)
+from punctual.adapters.http.routes.common import (
+    INSTANT,
+    CallDep,
+    MutationDep,
+    PageCursor,
+    PageDep,
+    PageLimit,
+    StartStateFilter,
+    choice_query,
+    documented_query,
+    tenant_router,
     whole_number,
 )
 from punctual.adapters.http.schemas import (
@@ -41,7 +44,6 @@ from punctual.adapters.http.schemas import (
     VersionBody,
 )
 from punctual.domain.permissions import Principal
-from punctual.domain.starts import StartState
 from punctual.domain.timeutil import parse_rfc3339
 from punctual.errors import InvalidRequest
 from punctual.resources import (
@@ -59,11 +61,7 @@ from punctual.usecases.kernel.idempotency import Mutation
 from punctual.usecases.recurring import schedule_controls, schedules, transfer
 from punctual.usecases.recurring.schedule_fields import MAX_SPAN_MS, decode_update
 
-router = APIRouter(
-    prefix="/v1/tenants/{tenant}", tags=["schedules"], dependencies=[Security(BEARER)]
-)
-EdgeDep = Annotated[Edge, Depends(get_edge)]
-BodyDep = Annotated[bytes, Depends(raw_body)]
+router = tenant_router("schedules")
 
 _SPEC_REFUSALS = (
     "validation_error",
@@ -87,48 +85,40 @@ _CONTENT_REFUSALS = (
 _BOUND_REFUSALS = ("end_at_in_past", "jitter_too_large")
 _ENDED = ("invalid_state",)
 _ROLE_AND_VERSION = (ADMIN, VERSIONED)
-_StateFilter = Annotated[
-    str | None, Query(json_schema_extra=documented_as(one_of([s.value for s in StartState])))
-]
 
 
 @router.post(
     "/schedules",
-    status_code=201,
-    response_model=None,
-    responses=answers(
+    **mutating(
         201,
         Schedule,
-        MUTATION,
         _SPEC_REFUSALS,
         _CONTENT_REFUSALS,
         _BOUND_REFUSALS,
         ("host_owned_field", "quota_exceeded"),
-        mutation=True,
-        description="The created schedule",
+        answer="The created schedule",
+        body=CreateScheduleBody,
     ),
-    openapi_extra=mutation_doc(CreateScheduleBody),
     description="A recurring schedule: `overlap` and `missed` are required choices. "
     + IDEMPOTENCY_DOC,
 )
-def create_schedule(tenant: str, request: Request, edge: EdgeDep, raw: BodyDep) -> Response:
+def create_schedule(tenant: str, call: MutationDep) -> Response:
     def decide(principal: Principal) -> Mutation:
-        body = parse_body(raw, CreateScheduleBody, host_owned_check=True)
-        return schedules.create(edge.services, principal, body.command())
+        body = call.body(CreateScheduleBody, host_owned_check=True)
+        return schedules.create(call.services, principal, body.command())
 
-    return mutate(edge, request, raw, tenant, decide)
+    return call.mutate(tenant, decide)
 
 
 # Before the routes of one schedule by id: a schedule named "x/occurrences" is a name.
 @router.get(
     "/schedules/by-name/{name:path}",
-    response_model=None,
-    responses=answers(200, Schedule, READ),
+    **answering(200, Schedule, READ),
     description="The live schedule with this name. Names may contain `/`: the rest of the "
     "path is the name, percent-encoded.",
 )
-def get_schedule_by_name(tenant: str, name: str, request: Request, edge: EdgeDep) -> dict[str, Any]:
-    return schedule_controls.get_by_name(edge.services, edge.principal(request, tenant), name)
+def get_schedule_by_name(tenant: str, name: str, call: CallDep) -> dict[str, Any]:
+    return schedule_controls.get_by_name(call.services, call.principal(tenant), name)
 
 
 @router.put(
@@ -163,28 +153,23 @@ def get_schedule_by_name(tenant: str, name: str, request: Request, edge: EdgeDep
 def put_schedule_by_name(
     tenant: str,
     name: str,
-    request: Request,
-    edge: EdgeDep,
-    raw: BodyDep,
+    call: MutationDep,
     dry_run: Annotated[
         str | None,
-        Query(
-            description="`true`: answer the plan and store nothing.",
-            json_schema_extra=documented_as(one_of(["true", "false"])),
-        ),
+        choice_query(["true", "false"], "`true`: answer the plan and store nothing."),
     ] = None,
 ) -> Response:
     if _flag(dry_run, "dry_run"):
-        principal = edge.principal(request, tenant)
-        body = parse_body(raw, PutScheduleBody, host_owned_check=True)
-        plan = schedule_controls.plan_by_name(edge.services, principal, body.command(name))
+        principal = call.principal(tenant)
+        body = call.body(PutScheduleBody, host_owned_check=True)
+        plan = schedule_controls.plan_by_name(call.services, principal, body.command(name))
         return JSONResponse(plan)
 
     def decide(principal: Principal) -> Mutation:
-        command = parse_body(raw, PutScheduleBody, host_owned_check=True).command(name)
-        return schedule_controls.upsert_by_name(edge.services, principal, command)
+        command = call.body(PutScheduleBody, host_owned_check=True).command(name)
+        return schedule_controls.upsert_by_name(call.services, principal, command)
 
-    return mutate(edge, request, raw, tenant, decide)
+    return call.mutate(tenant, decide)
 
 
 def _flag(value: str | None, name: str) -> bool:
@@ -198,87 +183,71 @@ def _flag(value: str | None, name: str) -> bool:
     )
 
 
-@router.get("/schedules/{schedule_id}", response_model=None, responses=answers(200, Schedule, READ))
-def get_schedule(tenant: str, schedule_id: str, request: Request, edge: EdgeDep) -> dict[str, Any]:
-    return schedules.get(edge.services, edge.principal(request, tenant), schedule_id)
+@router.get("/schedules/{schedule_id}", **answering(200, Schedule, READ))
+def get_schedule(tenant: str, schedule_id: str, call: CallDep) -> dict[str, Any]:
+    return schedules.get(call.services, call.principal(tenant), schedule_id)
 
 
 @router.get(
     "/schedules",
-    response_model=None,
-    responses=answers(200, SchedulePage, LIST),
+    **answering(200, SchedulePage, LIST),
     description="The live schedules in row order; `source` keeps those last applied from "
     "that file of schedules (what `punctual schedules apply --prune` considers).",
 )
 def list_schedules(
     tenant: str,
-    request: Request,
-    edge: EdgeDep,
+    call: CallDep,
+    # Not PageDep, whose parameters would come after `source` in the document.
     limit: PageLimit = None,
     cursor: PageCursor = None,
     source: Annotated[str | None, Query(description="The `source` of a file of schedules.")] = None,
 ) -> dict[str, Any]:
-    principal = edge.principal(request, tenant)
+    principal = call.principal(tenant)
     page = parse_limit(limit)
-    return schedules.list_schedules(edge.services, principal, page, cursor, source)
+    return schedules.list_schedules(call.services, principal, page, cursor, source)
 
 
 @router.patch(
     "/schedules/{schedule_id}",
-    response_model=None,
-    responses=answers(
+    **mutating(
         200,
         Schedule,
-        MUTATION,
         VERSIONED,
         _SPEC_REFUSALS,
         _CONTENT_REFUSALS,
         _BOUND_REFUSALS,
         _ENDED,
         ("host_owned_field",),
-        mutation=True,
-        description="The schedule; a changed spec, workflow or input is a new revision",
+        answer="The schedule; a changed spec, workflow or input is a new revision",
+        body=PatchScheduleBody,
     ),
-    openapi_extra=mutation_doc(PatchScheduleBody),
     description="Content edits: creator or admin; `enabled` alone: any member. " + IDEMPOTENCY_DOC,
 )
-def patch_schedule(
-    tenant: str, schedule_id: str, request: Request, edge: EdgeDep, raw: BodyDep
-) -> Response:
+def patch_schedule(tenant: str, schedule_id: str, call: MutationDep) -> Response:
     def decide(principal: Principal) -> Mutation:
-        body = parse_body(raw, PatchScheduleBody, host_owned_check=True)
+        body = call.body(PatchScheduleBody, host_owned_check=True)
         command = decode_update(schedule_id, body.version, body.changes())
-        return schedules.update(edge.services, principal, command)
+        return schedules.update(call.services, principal, command)
 
-    return mutate(edge, request, raw, tenant, decide, mutations.schedule(schedule_id))
+    return call.mutate(tenant, decide, mutations.schedule(schedule_id))
 
 
 def _toggle(enabled: bool) -> Any:
-    def route(
-        tenant: str, schedule_id: str, request: Request, edge: EdgeDep, raw: BodyDep
-    ) -> Response:
+    def route(tenant: str, schedule_id: str, call: MutationDep) -> Response:
         def decide(principal: Principal) -> Mutation:
-            version = parse_body(raw, VersionBody).version
-            return schedules.set_enabled(edge.services, principal, schedule_id, version, enabled)
+            version = call.body(VersionBody).version
+            return schedules.set_enabled(call.services, principal, schedule_id, version, enabled)
 
-        return mutate(edge, request, raw, tenant, decide, mutations.schedule(schedule_id))
+        return call.mutate(tenant, decide, mutations.schedule(schedule_id))
 
     return route
 
 
-_TOGGLE_ANSWERS = answers(
-    200, Schedule, MUTATION, *_ROLE_AND_VERSION, mutation=True, description="The schedule"
-)
-_RESUME_ANSWERS = answers(
-    200, Schedule, MUTATION, *_ROLE_AND_VERSION, _ENDED, mutation=True, description="The schedule"
-)
 router.add_api_route(
     "/schedules/{schedule_id}/pause",
     _toggle(False),
     methods=["POST"],
-    response_model=None,
-    responses=_TOGGLE_ANSWERS,
-    openapi_extra=mutation_doc(VersionBody),
+    **mutating(200, Schedule, *_ROLE_AND_VERSION, answer="The schedule", body=VersionBody),
     description="Stop generating occurrences; queued ones still run. " + IDEMPOTENCY_DOC,
     name="pause_schedule",
 )
@@ -286,9 +255,7 @@ router.add_api_route(
     "/schedules/{schedule_id}/resume",
     _toggle(True),
     methods=["POST"],
-    response_model=None,
-    responses=_RESUME_ANSWERS,
-    openapi_extra=mutation_doc(VersionBody),
+    **mutating(200, Schedule, *_ROLE_AND_VERSION, _ENDED, answer="The schedule", body=VersionBody),
     description="Generate again, applying the missed policy; an ended schedule is "
     "`409 invalid_state` (extend it with a PATCH of `end_at` or `max_occurrences`). "
     + IDEMPOTENCY_DOC,
@@ -298,27 +265,17 @@ router.add_api_route(
 
 @router.delete(
     "/schedules/{schedule_id}",
-    status_code=204,
-    response_model=None,
-    responses=answers(
-        204, None, MUTATION, *_ROLE_AND_VERSION, mutation=True, description="Deleted"
-    ),
-    openapi_extra=mutation_doc(),
+    **mutating(204, None, *_ROLE_AND_VERSION, answer="Deleted"),
     description="Cancels its unstarted occurrences (`schedule_deleted`) and leaves runs alone; "
     "creator or admin. " + IDEMPOTENCY_DOC,
 )
 def delete_schedule(
     tenant: str,
     schedule_id: str,
-    request: Request,
-    edge: EdgeDep,
-    raw: BodyDep,
+    call: MutationDep,
     version: Annotated[
         str | None,
-        Query(
-            description="Required: the schedule's current version.",
-            json_schema_extra=documented_as(whole_number(1)),
-        ),
+        documented_query(whole_number(1), "Required: the schedule's current version."),
     ] = None,
 ) -> Response:
     def decide(principal: Principal) -> Mutation:
@@ -328,37 +285,29 @@ def delete_schedule(
                 errors=[{"loc": ["query", "version"], "msg": "required", "type": "missing"}],
             )
         current = parse_whole_number(version, "version", minimum=1)
-        return schedules.delete(edge.services, principal, schedule_id, current)
+        return schedules.delete(call.services, principal, schedule_id, current)
 
-    return mutate(edge, request, raw, tenant, decide, mutations.schedule(schedule_id))
+    return call.mutate(tenant, decide, mutations.schedule(schedule_id))
 
 
 @router.post(
     "/schedules/{schedule_id}/transfer",
-    response_model=None,
-    responses=answers(
+    **mutating(
         200,
         Schedule,
-        MUTATION,
         *_ROLE_AND_VERSION,
         ("transfer_target_invalid",),
-        mutation=True,
-        description="The schedule, `created_by` = `to`",
+        answer="The schedule, `created_by` = `to`",
+        body=TransferBody,
     ),
-    openapi_extra=mutation_doc(TransferBody),
     description="Admin. `to` (a member or admin of the tenant) becomes the schedule's "
     "`created_by`: runs dispatched from then on carry its identity. " + IDEMPOTENCY_DOC,
 )
-def transfer_schedule(
-    tenant: str, schedule_id: str, request: Request, edge: EdgeDep, raw: BodyDep
-) -> Response:
-    return mutate(
-        edge,
-        request,
-        raw,
+def transfer_schedule(tenant: str, schedule_id: str, call: MutationDep) -> Response:
+    return call.mutate(
         tenant,
         lambda principal: transfer.transfer(
-            edge.services, principal, parse_body(raw, TransferBody).command(schedule_id)
+            call.services, principal, call.body(TransferBody).command(schedule_id)
         ),
         mutations.schedule(schedule_id),
     )
@@ -366,46 +315,37 @@ def transfer_schedule(
 
 @router.post(
     "/schedules/{schedule_id}/trigger",
-    status_code=201,
-    response_model=None,
-    responses=answers(
+    **mutating(
         201,
         Occurrence,
-        MUTATION,
         ADMIN,
-        mutation=True,
-        description="The occurrence, `origin: trigger`, due now",
+        answer="The occurrence, `origin: trigger`, due now",
+        body=TriggerBody,
     ),
-    openapi_extra=mutation_doc(TriggerBody),
     description="One occurrence now (RS-9a): `occurrence_at` is the current millisecond (the "
     "next free one if taken), dispatched under the schedule's overlap policy or the one "
     "the body names (`{}` or no body: the schedule's). Any member or admin; allowed while "
     "paused or ended; the schedule's `version` stays. " + IDEMPOTENCY_DOC,
 )
-def trigger_schedule(
-    tenant: str, schedule_id: str, request: Request, edge: EdgeDep, raw: BodyDep
-) -> Response:
+def trigger_schedule(tenant: str, schedule_id: str, call: MutationDep) -> Response:
     def decide(principal: Principal) -> Mutation:
-        data = load_json(raw)
+        data = load_json(call.raw)
         body = parse_object({} if data is None else data, TriggerBody)
-        return schedule_controls.trigger(edge.services, principal, body.command(schedule_id))
+        return schedule_controls.trigger(call.services, principal, body.command(schedule_id))
 
-    return mutate(edge, request, raw, tenant, decide, mutations.schedule(schedule_id))
+    return call.mutate(tenant, decide, mutations.schedule(schedule_id))
 
 
 @router.post(
     "/schedules/{schedule_id}/backfill",
-    response_model=None,
-    responses=answers(
+    **mutating(
         200,
         BackfillResult,
-        MUTATION,
         ADMIN,
         ("backfill_range_invalid", "backfill_too_large", "quota_exceeded", "quota_unavailable"),
-        mutation=True,
-        description="Every fire time of the range, in order, as the occurrence that holds it",
+        answer="Every fire time of the range, in order, as the occurrence that holds it",
+        body=BackfillBody,
     ),
-    openapi_extra=mutation_doc(BackfillBody),
     description="Generate the fire times of `(from, to]` under the spec and DST policy "
     "(RS-9b), at most 1,000: an instant that has a live or finished occurrence is "
     "`existing`; one covered only by a skipped range or a skipped or failed occurrence is "
@@ -413,16 +353,11 @@ def trigger_schedule(
     "another in `occurrence_at` order. They count against the pending-start quota until "
     "they start. Creator or admin; the schedule's `version` stays. " + IDEMPOTENCY_DOC,
 )
-def backfill_schedule(
-    tenant: str, schedule_id: str, request: Request, edge: EdgeDep, raw: BodyDep
-) -> Response:
-    return mutate(
-        edge,
-        request,
-        raw,
+def backfill_schedule(tenant: str, schedule_id: str, call: MutationDep) -> Response:
+    return call.mutate(
         tenant,
         lambda principal: schedule_controls.backfill(
-            edge.services, principal, parse_body(raw, BackfillBody).command(schedule_id)
+            call.services, principal, call.body(BackfillBody).command(schedule_id)
         ),
         mutations.schedule(schedule_id),
     )
@@ -430,95 +365,65 @@ def backfill_schedule(
 
 @router.get(
     "/schedules/{schedule_id}/occurrences",
-    response_model=None,
-    responses=answers(200, OccurrencePage, LIST),
+    **answering(200, OccurrencePage, LIST),
     description="The schedule's occurrences and skipped ranges, in generation order.",
 )
 def list_occurrences(
-    tenant: str,
-    schedule_id: str,
-    request: Request,
-    edge: EdgeDep,
-    state: _StateFilter = None,
-    limit: PageLimit = None,
-    cursor: PageCursor = None,
+    tenant: str, schedule_id: str, call: CallDep, page: PageDep, state: StartStateFilter = None
 ) -> dict[str, Any]:
-    principal = edge.principal(request, tenant)
-    query = schedules.ListOccurrences(schedule_id, state, parse_limit(limit), cursor)
-    return schedules.list_occurrences(edge.services, principal, query)
+    principal = call.principal(tenant)
+    query = schedules.ListOccurrences(schedule_id, state, page.size(), page.cursor)
+    return schedules.list_occurrences(call.services, principal, query)
 
 
 @router.post(
     "/schedules/{schedule_id}/occurrences/{occurrence_id}/cancel",
-    response_model=None,
-    responses=answers(
+    **mutating(
         200,
         Occurrence,
-        MUTATION,
         *_ROLE_AND_VERSION,
         ("already_dispatched", "invalid_state"),
-        mutation=True,
-        description="The occurrence, `state: canceled`",
+        answer="The occurrence, `state: canceled`",
+        body=VersionBody,
     ),
-    openapi_extra=mutation_doc(VersionBody),
     description="Cancel one unstarted occurrence; any member or admin. " + IDEMPOTENCY_DOC,
 )
 def cancel_occurrence(
-    tenant: str,
-    schedule_id: str,
-    occurrence_id: str,
-    request: Request,
-    edge: EdgeDep,
-    raw: BodyDep,
+    tenant: str, schedule_id: str, occurrence_id: str, call: MutationDep
 ) -> Response:
     def decide(principal: Principal) -> Mutation:
-        version = parse_body(raw, VersionBody).version
+        version = call.body(VersionBody).version
         return schedules.cancel_occurrence(
-            edge.services, principal, schedule_id, occurrence_id, version
+            call.services, principal, schedule_id, occurrence_id, version
         )
 
-    return mutate(
-        edge, request, raw, tenant, decide, mutations.occurrence(schedule_id, occurrence_id)
-    )
+    return call.mutate(tenant, decide, mutations.occurrence(schedule_id, occurrence_id))
 
 
 @router.get(
     "/schedule-preview",
-    response_model=None,
-    responses=answers(200, SchedulePreview, READ, _SPEC_REFUSALS),
+    **answering(200, SchedulePreview, READ, _SPEC_REFUSALS),
     description="The fire times strictly after `from` (default now) of a cron expression "
     "(with `time_zone`, `dst_gap`, `dst_overlap`) or an interval (`interval_ms`, "
     "`starts_at`), with their local and nominal times. Read-only.",
 )
 def schedule_preview(
     tenant: str,
-    request: Request,
-    edge: EdgeDep,
+    call: CallDep,
     cron: str | None = None,
     time_zone: Annotated[str | None, Query(description="IANA zone, default UTC.")] = None,
-    dst_gap: Annotated[
-        str | None, Query(json_schema_extra=documented_as(one_of(["shift_to_gap_end", "skip"])))
-    ] = None,
-    dst_overlap: Annotated[
-        str | None, Query(json_schema_extra=documented_as(one_of(["first", "last", "both"])))
-    ] = None,
-    interval_ms: Annotated[
-        str | None, Query(json_schema_extra=documented_as(whole_number(0, MAX_SPAN_MS)))
-    ] = None,
-    starts_at: Annotated[str | None, Query(json_schema_extra=documented_as(INSTANT))] = None,
-    after: Annotated[
-        str | None, Query(alias="from", json_schema_extra=documented_as(INSTANT))
-    ] = None,
+    dst_gap: Annotated[str | None, choice_query(["shift_to_gap_end", "skip"])] = None,
+    dst_overlap: Annotated[str | None, choice_query(["first", "last", "both"])] = None,
+    interval_ms: Annotated[str | None, documented_query(whole_number(0, MAX_SPAN_MS))] = None,
+    starts_at: Annotated[str | None, documented_query(INSTANT)] = None,
+    after: Annotated[str | None, documented_query(INSTANT, alias="from")] = None,
     count: Annotated[
         str | None,
-        Query(
-            description="How many fire times, 1-100 (default 10).",
-            json_schema_extra=documented_as(whole_number(1, 100)),
-        ),
+        documented_query(whole_number(1, 100), "How many fire times, 1-100 (default 10)."),
     ] = None,
 ) -> dict[str, Any]:
-    edge.principal(request, tenant)
-    instant = _instant(after, "from") or edge.services.clock.now()
+    call.principal(tenant)
+    instant = _instant(after, "from") or call.services.clock.now()
     spec: dict[str, Any] = {}
     if cron is not None:
         spec = {"cron": cron, "time_zone": time_zone or "UTC"}

@@ -4,38 +4,38 @@ from __future__ import annotations
 
 from collections.abc import Callable
 from functools import partial
-from typing import Annotated, Any
+from typing import Any
 
-from fastapi import APIRouter, Depends, Query, Request, Security
 from fastapi.responses import JSONResponse, Response
 
 from punctual.adapters.http.edge import (
-    Edge,
     canonical_json,
     fingerprint,
     fingerprint_of,
     idempotency_key,
     load_json,
-    mutate,
-    parse_body,
     parse_json,
-    parse_limit,
     parse_object,
     refuse_unstorable_text,
     valid_key,
 )
 from punctual.adapters.http.errors import response_for
-from punctual.adapters.http.openapi import ADMIN, LIST, MUTATION, READ, VERSIONED, answers
-from punctual.adapters.http.routes.common import (
-    BEARER,
+from punctual.adapters.http.openapi import (
+    ADMIN,
     IDEMPOTENCY_DOC,
-    PageCursor,
-    PageLimit,
-    documented_as,
-    get_edge,
-    mutation_doc,
-    one_of,
-    raw_body,
+    LIST,
+    READ,
+    VERSIONED,
+    answering,
+    answers,
+    mutating,
+)
+from punctual.adapters.http.routes.common import (
+    CallDep,
+    MutationDep,
+    PageDep,
+    StartStateFilter,
+    tenant_router,
 )
 from punctual.adapters.http.schemas import (
     MAX_BATCH_ITEMS,
@@ -46,25 +46,15 @@ from punctual.adapters.http.schemas import (
     request_body_ref,
 )
 from punctual.domain.permissions import Action, require
-from punctual.domain.starts import StartState
 from punctual.errors import InvalidRequest, PunctualError
 from punctual.resources import BatchCreateResult, Start, StartPage
 from punctual.usecases.kernel import mutations
 from punctual.usecases.scheduled import starts
 
-router = APIRouter(
-    prefix="/v1/tenants/{tenant}/scheduled-starts",
-    tags=["scheduled starts"],
-    dependencies=[Security(BEARER)],
-)
-EdgeDep = Annotated[Edge, Depends(get_edge)]
-BodyDep = Annotated[bytes, Depends(raw_body)]
-_StateFilter = Annotated[
-    str | None, Query(json_schema_extra=documented_as(one_of([s.value for s in StartState])))
-]
+router = tenant_router("scheduled starts", collection="/scheduled-starts")
 
 
-CREATE_ROUTE = "/v1/tenants/{tenant}/scheduled-starts"
+CREATE_ROUTE = router.prefix
 """The single create's route, in the fingerprint of every create, batch items included."""
 
 # What a create answers, alone or as a batch item (OS-1, OS-2, OS-10, quotas).
@@ -95,22 +85,19 @@ _START_AT_REFUSALS = (
 
 @router.post(
     "",
-    status_code=201,
-    response_model=None,
-    responses=answers(
-        201, Start, MUTATION, CREATE_REFUSALS, mutation=True, description="The created start"
-    ),
-    openapi_extra=mutation_doc(CreateStartBody),
+    **mutating(201, Start, CREATE_REFUSALS, answer="The created start", body=CreateStartBody),
     description="Schedule one run of a workflow at an instant (OS-1). " + IDEMPOTENCY_DOC,
 )
-def create_start(tenant: str, request: Request, edge: EdgeDep, raw: BodyDep) -> Response:
+def create_start(tenant: str, call: MutationDep) -> Response:
     try:
-        principal = edge.principal(request)
-        key = idempotency_key(request)
-        claim = (key, fingerprint(request, raw))
-        command = _command(lambda: load_json(raw))
-        mutation = starts.create_many(edge.services, principal, [command], tenant=tenant)
-        [result] = edge.mutations.run_batch(principal.tenant, principal.subject, [claim], mutation)
+        principal = call.principal()
+        key = idempotency_key(call.request)
+        claim = (key, fingerprint(call.request, call.raw))
+        command = _command(lambda: load_json(call.raw))
+        mutation = starts.create_many(call.services, principal, [command], tenant=tenant)
+        [result] = call.edge.mutations.run_batch(
+            principal.tenant, principal.subject, [claim], mutation
+        )
     except PunctualError as exc:
         return response_for(exc)
     if result.error is not None:
@@ -138,10 +125,10 @@ def create_start(tenant: str, request: Request, edge: EdgeDep, raw: BodyDep) -> 
         "`Idempotency-Key` header (one sent is ignored). Per-item results in request order."
     ),
 )
-def create_starts_batch(tenant: str, request: Request, edge: EdgeDep, raw: BodyDep) -> Response:
+def create_starts_batch(tenant: str, call: MutationDep) -> Response:
     try:
-        principal = edge.principal(request, tenant)
-        items = _batch_items(raw)
+        principal = call.principal(tenant)
+        items = _batch_items(call.raw)
         require(principal, Action.CREATE)
         claims = [
             (
@@ -151,8 +138,10 @@ def create_starts_batch(tenant: str, request: Request, edge: EdgeDep, raw: BodyD
             for key, body in items
         ]
         commands = [_command(partial(_checked, body)) for _, body in items]
-        mutation = starts.create_many(edge.services, principal, commands)
-        results = edge.mutations.run_batch(principal.tenant, principal.subject, claims, mutation)
+        mutation = starts.create_many(call.services, principal, commands)
+        results = call.edge.mutations.run_batch(
+            principal.tenant, principal.subject, claims, mutation
+        )
     except PunctualError as exc:
         return response_for(exc)
     return JSONResponse({"items": [{"status": r.status, "body": r.body} for r in results]})
@@ -212,30 +201,22 @@ def _envelope_error(loc: list[str | int], message: str) -> InvalidRequest:
 
 @router.post(
     "/{start_id}/reschedule",
-    response_model=None,
-    responses=answers(
+    **mutating(
         200,
         Start,
-        MUTATION,
         VERSIONED,
         _TRANSITION_REFUSALS,
         _START_AT_REFUSALS,
-        mutation=True,
-        description="The rescheduled start",
+        answer="The rescheduled start",
+        body=RescheduleBody,
     ),
-    openapi_extra=mutation_doc(RescheduleBody),
     description="Move a start that has not been dispatched; owner or admin. " + IDEMPOTENCY_DOC,
 )
-def reschedule_start(
-    tenant: str, start_id: str, request: Request, edge: EdgeDep, raw: BodyDep
-) -> Response:
-    return mutate(
-        edge,
-        request,
-        raw,
+def reschedule_start(tenant: str, start_id: str, call: MutationDep) -> Response:
+    return call.mutate(
         tenant,
         lambda principal: starts.reschedule(
-            edge.services, principal, parse_body(raw, RescheduleBody).command(start_id)
+            call.services, principal, call.body(RescheduleBody).command(start_id)
         ),
         mutations.start(start_id),
     )
@@ -243,57 +224,46 @@ def reschedule_start(
 
 @router.post(
     "/{start_id}/cancel",
-    response_model=None,
-    responses=answers(
+    **mutating(
         200,
         Start,
-        MUTATION,
         VERSIONED,
         _TRANSITION_REFUSALS,
-        mutation=True,
-        description="The start, `state: canceled`",
+        answer="The start, `state: canceled`",
+        body=CancelBody,
     ),
-    openapi_extra=mutation_doc(CancelBody),
     description="Cancel a start before its dispatch; after it, `409 already_dispatched` names "
     "the run, which the run routes cancel or terminate. Owner or admin. " + IDEMPOTENCY_DOC,
 )
-def cancel_start(
-    tenant: str, start_id: str, request: Request, edge: EdgeDep, raw: BodyDep
-) -> Response:
-    return mutate(
-        edge,
-        request,
-        raw,
+def cancel_start(tenant: str, start_id: str, call: MutationDep) -> Response:
+    return call.mutate(
         tenant,
         lambda principal: starts.cancel(
-            edge.services, principal, parse_body(raw, CancelBody).command(start_id)
+            call.services, principal, call.body(CancelBody).command(start_id)
         ),
         mutations.start(start_id),
     )
 
 
-@router.get("/{start_id}", response_model=None, responses=answers(200, Start, READ))
-def get_start(tenant: str, start_id: str, request: Request, edge: EdgeDep) -> dict[str, Any]:
-    principal = edge.principal(request, tenant)
-    return starts.get(edge.services, principal, start_id)
+@router.get("/{start_id}", **answering(200, Start, READ))
+def get_start(tenant: str, start_id: str, call: CallDep) -> dict[str, Any]:
+    principal = call.principal(tenant)
+    return starts.get(call.services, principal, start_id)
 
 
 @router.get(
     "",
-    response_model=None,
-    responses=answers(200, StartPage, LIST),
+    **answering(200, StartPage, LIST),
     description="Starts in creation order, filtered by what is given.",
 )
 def list_starts(
     tenant: str,
-    request: Request,
-    edge: EdgeDep,
-    state: _StateFilter = None,
+    call: CallDep,
+    page: PageDep,
+    state: StartStateFilter = None,
     workflow: str | None = None,
     business_request_id: str | None = None,
-    limit: PageLimit = None,
-    cursor: PageCursor = None,
 ) -> dict[str, Any]:
-    principal = edge.principal(request, tenant)
-    query = starts.ListStarts(state, workflow, business_request_id, parse_limit(limit), cursor)
-    return starts.list_starts(edge.services, principal, query)
+    principal = call.principal(tenant)
+    query = starts.ListStarts(state, workflow, business_request_id, page.size(), page.cursor)
+    return starts.list_starts(call.services, principal, query)

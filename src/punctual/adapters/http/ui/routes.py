@@ -14,10 +14,10 @@ import secrets
 from collections.abc import Callable
 from dataclasses import dataclass
 from datetime import datetime, timedelta
-from typing import Annotated, Any
+from typing import Any
 from urllib.parse import parse_qsl
 
-from fastapi import APIRouter, Depends, Request
+from fastapi import APIRouter, Request
 from fastapi.responses import RedirectResponse, Response
 
 from punctual.adapters.http.edge import (
@@ -27,7 +27,7 @@ from punctual.adapters.http.edge import (
     refuse_unstorable_parameters,
     valid_key,
 )
-from punctual.adapters.http.routes.common import get_edge, raw_body
+from punctual.adapters.http.routes.common import BodyDep, EdgeDep
 from punctual.adapters.http.status import GENERIC_MESSAGES, status_for
 from punctual.adapters.http.ui import timeline
 from punctual.adapters.http.ui.rendering import PREFIX, segment, templates
@@ -43,6 +43,7 @@ from punctual.adapters.http.ui.session import (
     new_binding,
 )
 from punctual.domain.permissions import Action, Principal, allowed
+from punctual.domain.runs import RunState
 from punctual.domain.timeutil import parse_rfc3339
 from punctual.errors import BadRequest, NotFound, PunctualError, Unauthenticated
 from punctual.usecases.kernel import audit
@@ -55,8 +56,6 @@ from punctual.usecases.tenancy import health, identity
 log = logging.getLogger("punctual.http.ui")
 
 router = APIRouter(prefix=PREFIX, include_in_schema=False)
-EdgeDep = Annotated[Edge, Depends(get_edge)]
-BodyDep = Annotated[bytes, Depends(raw_body)]
 
 PAGE_SIZE = 50
 SCAN_PAGE_SIZE = 100
@@ -442,6 +441,24 @@ def schedule_page(tenant: str, schedule_id: str, request: Request, edge: EdgeDep
     return _page(request, edge, tenant, build)
 
 
+def _list_context(
+    section: str,
+    listed: dict[str, Any],
+    filters: dict[str, str | None],
+    states: list[str],
+    cursor: str | None,
+) -> dict[str, Any]:
+    """What a list page shows: a page of items, and its filter form as it was sent."""
+    return {
+        "section": section,
+        "items": listed["items"],
+        "next_cursor": listed["next_cursor"],
+        "filters": filters,
+        "states": states,
+        "paged": cursor is not None,
+    }
+
+
 @router.get("/t/{tenant}/starts")
 def starts_page(
     tenant: str,
@@ -461,14 +478,8 @@ def starts_page(
     def build(visitor: Visitor) -> Response:
         query = starts.ListStarts(limit=PAGE_SIZE, cursor=cursor, **filters)
         listed = starts.list_starts(edge.services, visitor.principal, query)
-        context = {
-            "section": "starts",
-            "items": listed["items"],
-            "next_cursor": listed["next_cursor"],
-            "filters": filters,
-            "states": ["scheduled", "dispatching", "dispatched", "failed", "canceled"],
-            "paged": cursor is not None,
-        }
+        states = ["scheduled", "dispatching", "dispatched", "failed", "canceled"]
+        context = _list_context("starts", listed, filters, states, cursor)
         return _render(request, edge, "starts.html", context, visitor)
 
     return _page(request, edge, tenant, build)
@@ -498,22 +509,7 @@ def runs_page(
     def build(visitor: Visitor) -> Response:
         query = runs.ListRuns(limit=PAGE_SIZE, cursor=cursor, **filters)
         listed = runs.list_runs(edge.services, visitor.principal, query)
-        context = {
-            "section": "runs",
-            "items": listed["items"],
-            "next_cursor": listed["next_cursor"],
-            "filters": filters,
-            "states": [
-                "pending",
-                "running",
-                "completed",
-                "failed",
-                "canceled",
-                "terminated",
-                "timed_out",
-            ],
-            "paged": cursor is not None,
-        }
+        context = _list_context("runs", listed, filters, [s.value for s in RunState], cursor)
         return _render(request, edge, "runs.html", context, visitor)
 
     return _page(request, edge, tenant, build)
