@@ -14,7 +14,7 @@ from collections.abc import Iterator
 from contextlib import contextmanager
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Protocol
 
 import sqlalchemy as sa
 from sqlalchemy.engine import make_url
@@ -258,6 +258,12 @@ def check_profile(settings: Settings) -> None:
             )
 
 
+class _Stoppable(Protocol):
+    """A part of a process that runs until told to stop."""
+
+    def stop(self) -> None: ...
+
+
 @dataclass
 class Punctual:
     """An assembled punctual: services plus the processes' parts that can be started."""
@@ -447,22 +453,11 @@ class Punctual:
         return worker
 
     def close(self) -> None:
-        if self.runner is not None:
-            self.runner.stop()
-        if self.deliverer is not None:
-            self.deliverer.stop()
-        if self.sweeper is not None:
-            self.sweeper.stop()
-        if self.sync is not None:
-            self.sync.stop()
-        if self.reconciler is not None:
-            self.reconciler.stop()
-        if self.fire_worker is not None:
-            self.fire_worker.stop()
-        for worker in self.workers:
-            worker.stop()
-        if self.key_watch is not None:
-            self.key_watch.stop()
+        loops = (self.runner, self.deliverer, self.sweeper, self.sync, self.reconciler)
+        parts: list[_Stoppable | None] = [*loops, self.fire_worker, *self.workers, self.key_watch]
+        for part in parts:
+            if part is not None:
+                part.stop()
         close_engine = getattr(self.engine, "close", None)  # the Temporal engine's loop thread
         if close_engine is not None:
             close_engine()

@@ -19,7 +19,7 @@ from __future__ import annotations
 
 import math
 from collections.abc import Mapping, Sequence
-from dataclasses import dataclass, field
+from dataclasses import asdict, dataclass, field
 from decimal import Decimal
 from enum import StrEnum
 from typing import Any
@@ -49,13 +49,7 @@ class Regression:
     tolerance: float
 
     def as_dict(self) -> dict[str, Any]:
-        return {
-            "path": self.path,
-            "previous": self.previous,
-            "current": self.current,
-            "better": self.better,
-            "tolerance": self.tolerance,
-        }
+        return asdict(self)
 
 
 @dataclass(frozen=True)

@@ -58,8 +58,8 @@ class DispatchRecord:
 
 
 @dataclass(frozen=True)
-class ScheduledStart:
-    """A start as the store holds it; ``input`` stays encrypted and is not part of it."""
+class StartRequest:
+    """What a start's creator asked for, as it is inserted and as it is held after."""
 
     id: str
     tenant: str
@@ -70,6 +70,12 @@ class ScheduledStart:
     workload_class: str
     attributes: dict[str, str]
     traceparent: str | None
+
+
+@dataclass(frozen=True)
+class ScheduledStart(StartRequest):
+    """A start as the store holds it; ``input`` stays encrypted and is not part of it."""
+
     state: StartState
     version: int
     attempts: int

@@ -9,7 +9,7 @@ from typing import Any
 
 from punctual.domain.runs import RunState
 from punctual.domain.schedules import Schedule, ScheduleSettings
-from punctual.domain.starts import ScheduledStart
+from punctual.domain.starts import ScheduledStart, StartRequest
 
 
 @dataclass(frozen=True)
@@ -108,16 +108,7 @@ class ProcessRecord:
 
 
 @dataclass(frozen=True)
-class NewStart:
-    id: str
-    tenant: str
-    workflow: str
-    business_request_id: str
-    start_at: datetime
-    time_zone: str | None
-    workload_class: str
-    attributes: dict[str, str]
-    traceparent: str | None
+class NewStart(StartRequest):
     input: EncryptedInput
     created_by: str
     run_id: str

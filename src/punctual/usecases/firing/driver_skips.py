@@ -57,7 +57,11 @@ from punctual.ports.records import CursorMove, EncryptedInput, FollowThroughReco
 from punctual.ports.store import Tx
 from punctual.usecases.firing.schedule_driver import uses_driver
 from punctual.usecases.kernel.context import Services
-from punctual.usecases.recurring.occurrence_rows import new_occurrence
+from punctual.usecases.recurring.occurrence_rows import (
+    dst_gap_row,
+    new_occurrence,
+    skipped_range_row,
+)
 
 log = logging.getLogger("punctual.driver")
 
@@ -69,7 +73,6 @@ SETTLE_SLACK = timedelta(seconds=5)
 the workflow's end): Temporal still sees it running that long."""
 FIRST_LOOKBACK = timedelta(days=1)
 """How far back the first sweep of a schedule without a mark looks."""
-DST_GAP_REASON = "dst_gap"
 _WATCHED = (SyncState.IN_SYNC, SyncState.DRIFTED)
 """Schedules whose Temporal copy fires: orphaned ones and unfinished creates do not."""
 _ENDED_UNRUN = (StartState.FAILED, StartState.CANCELED)
@@ -338,30 +341,6 @@ def _occurrences(
                 ),
             )
         )
-    for missed in skips.missed:
-        rows.append(
-            new_occurrence(
-                schedule,
-                encrypted,
-                missed.first,
-                missed.first,
-                state=StartState.SKIPPED,
-                reason=missed.reason,
-                range_last=missed.last,
-                range_count=missed.count,
-            )
-        )
-    for skip in dst:
-        rows.append(
-            new_occurrence(
-                schedule,
-                encrypted,
-                skip.at,
-                skip.at,
-                state=StartState.SKIPPED,
-                reason=DST_GAP_REASON,
-                nominal=skip.nominal.isoformat(),
-                dst_adjustment=skip.dst_adjustment.value,
-            )
-        )
+    rows += [skipped_range_row(schedule, encrypted, missed) for missed in skips.missed]
+    rows += [dst_gap_row(schedule, encrypted, skip) for skip in dst]
     return rows

@@ -24,7 +24,7 @@ from punctual.domain.permissions import Action, Principal, require
 from punctual.ports.records import AuditEntry, NewAuditEntry
 from punctual.usecases.kernel.context import Services
 from punctual.usecases.kernel.paging import check_limit, decode_cursor, page
-from punctual.usecases.kernel.projections import ts
+from punctual.usecases.kernel.projections import record_view
 
 HOST_ACTOR = "host"
 """The actor of the host's own actions (internal routes): no member has a token for it."""
@@ -111,18 +111,7 @@ class ListAudit:
 
 
 def entry_view(entry: AuditEntry) -> dict[str, Any]:
-    return {
-        "id": entry.id,
-        "at": ts(entry.at),
-        "actor": entry.actor,
-        "token_id": entry.token_id,
-        "action": entry.action,
-        "method": entry.method,
-        "path": entry.path,
-        "subject_kind": entry.subject_kind,
-        "subject_id": entry.subject_id,
-        "status": entry.status,
-    }
+    return record_view(entry, hidden=("tenant", "seq"))
 
 
 def list_entries(services: Services, principal: Principal, query: ListAudit) -> dict[str, Any]:

@@ -153,6 +153,16 @@ def _audit(tx: Tx, audited: AuditedRequest | None, outcome: Outcome, now: dateti
         tx.audit.record([audited.entry(outcome.status, outcome.resource_id)], now)
 
 
+@dataclass(frozen=True)
+class _Served:
+    """Whom a mutation runs for: the key it is recorded under and the owner of its claim
+    (None and "" without a key), and the audit entry its decision writes."""
+
+    request: IdempotentRequest | None
+    owner: str
+    audited: AuditedRequest | None
+
+
 class MutationRunner:
     """Runs mutations under idempotency keys with a bounded wait."""
 
@@ -189,7 +199,7 @@ class MutationRunner:
         """
         audited = being_served()
         if request is None:
-            return self._execute(None, "", mutation, audited)
+            return self._execute(_Served(None, "", audited), mutation)
         deadline = time.monotonic() + self._wait
         future = self._pool.submit(self._claim_then_execute, request, mutation, deadline, audited)
         try:
@@ -338,7 +348,7 @@ class MutationRunner:
             if outcome is not None:
                 return outcome
             if claimed:
-                return self._execute(request, owner, mutation, audited)
+                return self._execute(_Served(request, owner, audited), mutation)
             if time.monotonic() >= deadline:
                 return Outcome(Answer.ACCEPTED, IN_PROGRESS_BODY)
             time.sleep(_POLL_SECONDS)
@@ -367,18 +377,12 @@ class MutationRunner:
                 return True, None
             return False, None
 
-    def _execute(
-        self,
-        request: IdempotentRequest | None,
-        owner: str,
-        mutation: Mutation,
-        audited: AuditedRequest | None,
-    ) -> Outcome:
-        services = self._services
+    def _execute(self, served: _Served, mutation: Mutation) -> Outcome:
+        request, owner = served.request, served.owner
         try:
-            outcome = self._replanned_step(request, owner, mutation, audited)
+            outcome = self._replanned_step(served, mutation)
             while outcome.then is not None:
-                outcome = self._step(request, owner, outcome.then(), audited)
+                outcome = self._step(served, outcome.then())
         except RaceLost:
             if request is not None:
                 self._release(request, owner)
@@ -392,38 +396,26 @@ class MutationRunner:
             if request is not None:
                 self._release(request, owner)
             raise
-        services.on_due_change()
+        self._services.on_due_change()
         if outcome.after_commit is not None:
             self._followers.submit(outcome.after_commit)
         return outcome
 
-    def _replanned_step(
-        self,
-        request: IdempotentRequest | None,
-        owner: str,
-        mutation: Mutation,
-        audited: AuditedRequest | None,
-    ) -> Outcome:
+    def _replanned_step(self, served: _Served, mutation: Mutation) -> Outcome:
         """The mutation's first step, run again while it loses a race (``RaceLost``: a
         concurrent write won after this one's checks had passed). Its transaction rolled
         back, so the next run decides on what won, as a request sent after it would: a
         ``PUT`` of a name another ``PUT`` just created answers as an update or unchanged."""
         for _ in range(_RACE_RUNS - 1):
             try:
-                return self._step(request, owner, mutation, audited)
+                return self._step(served, mutation)
             except RaceLost:
                 continue
-        return self._step(request, owner, mutation, audited)
+        return self._step(served, mutation)
 
-    def _step(
-        self,
-        request: IdempotentRequest | None,
-        owner: str,
-        mutation: Mutation,
-        audited: AuditedRequest | None,
-    ) -> Outcome:
+    def _step(self, served: _Served, mutation: Mutation) -> Outcome:
         """One transaction of a mutation; the last step of a saga decides the key."""
-        services = self._services
+        services, request = self._services, served.request
         lock_wait = self._lease.total_seconds() - max(5.0, self._wait)
         serving = _serving.set(_token_of(request) if request is not None else None)
         try:
@@ -432,8 +424,8 @@ class MutationRunner:
                 outcome = mutation(tx, now)
                 if outcome.then is None:
                     if request is not None:
-                        self._finish(tx, request, owner, outcome, now)
-                    _audit(tx, audited, outcome, now)
+                        self._finish(tx, request, served.owner, outcome, now)
+                    _audit(tx, served.audited, outcome, now)
         finally:
             _serving.reset(serving)
         return outcome

@@ -3,12 +3,24 @@
 from __future__ import annotations
 
 import base64
-from collections.abc import Callable
-from typing import Any, TypeVar
+from collections.abc import Callable, Sequence
+from typing import Any, Protocol, TypeVar
 
+from punctual.domain.permissions import Principal
 from punctual.errors import InvalidRequest
+from punctual.ports.store import Tx
+from punctual.usecases.kernel.context import Services
+
+
+class _Sequenced(Protocol):
+    """A record that carries its place in its table's order (the cursor wraps it)."""
+
+    @property
+    def seq(self) -> int: ...
+
 
 T = TypeVar("T")
+S = TypeVar("S", bound=_Sequenced)
 MAX_LIMIT = 100
 BIGINT_MAX = 2**63 - 1  # the largest value a 64-bit column (sequences, versions) holds
 
@@ -61,3 +73,19 @@ def page(
     items = rows[:limit]
     next_cursor = encode_cursor(items[-1][0]) if len(rows) > limit and items else None
     return {"items": [present(item) for _, item in items], "next_cursor": next_cursor}
+
+
+def read_page(
+    services: Services,
+    principal: Principal,
+    limit: int,
+    cursor: str | None,
+    finder: Callable[[Tx], Callable[[str, int, int], Sequence[S]]],
+    present: Callable[[S], dict[str, Any]],
+) -> dict[str, Any]:
+    """A page of the principal's tenant's records in their ``seq`` order: ``finder`` names
+    the store's method that reads ``(tenant, after_seq, limit)``."""
+    limit = check_limit(limit)
+    with services.store.transaction(readonly=True) as tx:
+        rows = finder(tx)(principal.tenant, decode_cursor(cursor), limit + 1)
+    return page([(row.seq, row) for row in rows], limit, present)

@@ -6,8 +6,10 @@ artifact and run id of a start only after dispatch.
 
 from __future__ import annotations
 
+from collections.abc import Collection
+from dataclasses import fields
 from datetime import datetime
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from punctual.domain.recurrence import Fire, iter_fires
 from punctual.domain.runs import Definition, Run
@@ -18,9 +20,26 @@ from punctual.ports.driver import SyncRecord, SyncState
 from punctual.ports.records import Finding, FollowThroughRecord, TokenRecord
 from punctual.usecases.recurring.schedule_fields import view_of
 
+if TYPE_CHECKING:
+    from _typeshed import DataclassInstance
+
 
 def ts(value: datetime | None) -> str | None:
     return to_rfc3339(value) if value is not None else None
+
+
+def record_view(record: DataclassInstance, *, hidden: Collection[str]) -> dict[str, Any]:
+    """Every field of a stored record but the ``hidden`` ones, in the record's order, shown
+    as every view shows a field: instants in RFC 3339, mappings copied."""
+    return {f.name: _shown(getattr(record, f.name)) for f in fields(record) if f.name not in hidden}
+
+
+def _shown(value: Any) -> Any:
+    if isinstance(value, datetime):
+        return to_rfc3339(value)
+    if isinstance(value, dict):
+        return dict(value)
+    return value
 
 
 def last_error_view(error: LastError | None) -> dict[str, Any] | None:

@@ -18,7 +18,7 @@ from punctual.ports.store import Tx
 from punctual.usecases.kernel.context import Services
 from punctual.usecases.kernel.idempotency import Answer, Mutation, Outcome
 from punctual.usecases.kernel.paging import check_choice, check_limit, decode_cursor, page
-from punctual.usecases.kernel.projections import ts
+from punctual.usecases.kernel.projections import record_view
 
 
 @dataclass(frozen=True)
@@ -30,18 +30,7 @@ class ListNotifications:
 
 
 def notification_view(note: Notification) -> dict[str, Any]:
-    return {
-        "id": note.id,
-        "kind": note.kind,
-        "schedule_id": note.schedule_id,
-        "occurrence_id": note.occurrence_id,
-        "run_id": note.run_id,
-        "title": note.title,
-        "text": note.text,
-        "details": dict(note.details),
-        "created_at": ts(note.created_at),
-        "read_at": ts(note.read_at),
-    }
+    return record_view(note, hidden=("tenant", "recipient", "event_id", "seq"))
 
 
 def list_notifications(

@@ -10,7 +10,7 @@ from __future__ import annotations
 
 import logging
 from collections.abc import Sequence
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, fields
 from datetime import datetime
 from typing import Any
 
@@ -58,25 +58,13 @@ def notify(
     is sent (the outbox rows went with the rollback)."""
     event_id = new_id("evt")
     people = recipients(tx, event.tenant, owner)
-    tx.notifications.insert(
-        [
-            NewNotification(
-                id=new_id("ntf"),
-                tenant=event.tenant,
-                recipient=person,
-                kind=event.kind,
-                schedule_id=event.schedule_id,
-                occurrence_id=event.occurrence_id,
-                run_id=event.run_id,
-                title=event.title,
-                text=event.text,
-                details=event.details,
-                event_id=event_id,
-            )
-            for person in people
-        ],
-        now,
-    )
+    # A feed row is the event as it is (its fields are named alike), once per recipient.
+    told = {f.name: getattr(event, f.name) for f in fields(event)}
+    rows = [
+        NewNotification(id=new_id("ntf"), recipient=person, event_id=event_id, **told)
+        for person in people
+    ]
+    tx.notifications.insert(rows, now)
     enqueue_deliveries(tx, tx.webhooks.subscribed(event.tenant, event.kind), event, event_id, now)
     services.events.emit(
         Event(

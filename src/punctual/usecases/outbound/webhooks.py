@@ -27,7 +27,7 @@ from punctual.ports.records import Delivery, EncryptedInput, NewWebhook, Webhook
 from punctual.ports.store import Tx
 from punctual.usecases.kernel.context import Services
 from punctual.usecases.kernel.idempotency import Answer, Mutation, Outcome
-from punctual.usecases.kernel.paging import check_limit, decode_cursor, page
+from punctual.usecases.kernel.paging import check_limit, decode_cursor, page, read_page
 from punctual.usecases.kernel.projections import ts
 from punctual.usecases.outbound.outbox import (
     KINDS,
@@ -290,10 +290,7 @@ def list_webhooks(
     services: Services, principal: Principal, limit: int, cursor: str | None
 ) -> dict[str, Any]:
     require(principal, Action.ADMINISTER)
-    limit = check_limit(limit)
-    with services.store.transaction(readonly=True) as tx:
-        rows = tx.webhooks.find(principal.tenant, decode_cursor(cursor), limit + 1)
-    return page([(hook.seq, hook) for hook in rows], limit, webhook_view)
+    return read_page(services, principal, limit, cursor, lambda tx: tx.webhooks.find, webhook_view)
 
 
 def list_deliveries(

@@ -20,11 +20,14 @@ from punctual.domain.schedules import (
     jitter_delay,
     plan_occurrences,
 )
-from punctual.domain.starts import StartState
 from punctual.ports.events import Event
 from punctual.ports.records import CursorMove, EncryptedInput, NewOccurrence
 from punctual.usecases.kernel.context import Services
-from punctual.usecases.recurring.occurrence_rows import new_occurrence
+from punctual.usecases.recurring.occurrence_rows import (
+    dst_gap_row,
+    new_occurrence,
+    skipped_range_row,
+)
 
 LOOKAHEAD = timedelta(seconds=2)
 """Occurrences are generated this far ahead so that dispatch finds them on time."""
@@ -128,31 +131,8 @@ def _rows(
             )
         )
     if plan.missed is not None:
-        rows.append(
-            new_occurrence(
-                schedule,
-                encrypted,
-                plan.missed.first,
-                plan.missed.first,
-                state=StartState.SKIPPED,
-                reason=plan.missed.reason,
-                range_last=plan.missed.last,
-                range_count=plan.missed.count,
-            )
-        )
-    for skip in plan.dst_skipped:
-        # A skip shares its instant with a fire only for expressions that name the gap's
-        # end too; the unique key then keeps the fire, which is the decision that matters.
-        rows.append(
-            new_occurrence(
-                schedule,
-                encrypted,
-                skip.at,
-                skip.at,
-                nominal=skip.nominal.isoformat(),
-                dst_adjustment=skip.dst_adjustment.value,
-                state=StartState.SKIPPED,
-                reason="dst_gap",
-            )
-        )
+        rows.append(skipped_range_row(schedule, encrypted, plan.missed))
+    # A skip shares its instant with a fire only for expressions that name the gap's end
+    # too; the unique key then keeps the fire, which is the decision that matters.
+    rows += [dst_gap_row(schedule, encrypted, skip) for skip in plan.dst_skipped]
     return rows

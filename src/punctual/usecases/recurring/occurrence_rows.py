@@ -6,7 +6,8 @@ from __future__ import annotations
 from datetime import datetime
 
 from punctual.domain.ids import new_id
-from punctual.domain.schedules import OccurrenceOrigin, Schedule
+from punctual.domain.recurrence import DstSkip
+from punctual.domain.schedules import OccurrenceOrigin, Schedule, SkippedRange
 from punctual.domain.starts import StartState
 from punctual.ports.records import EncryptedInput, NewOccurrence
 
@@ -51,4 +52,34 @@ def new_occurrence(
         origin=origin.value,
         overlap=overlap,
         rerun=rerun,
+    )
+
+
+def skipped_range_row(
+    schedule: Schedule, encrypted: EncryptedInput, skipped: SkippedRange
+) -> NewOccurrence:
+    """Fire times not generated, recorded once as a range at its first instant (RS-4)."""
+    return new_occurrence(
+        schedule,
+        encrypted,
+        skipped.first,
+        skipped.first,
+        state=StartState.SKIPPED,
+        reason=skipped.reason,
+        range_last=skipped.last,
+        range_count=skipped.count,
+    )
+
+
+def dst_gap_row(schedule: Schedule, encrypted: EncryptedInput, skip: DstSkip) -> NewOccurrence:
+    """A named wall time that DST removed, recorded as skipped with the wall time it named."""
+    return new_occurrence(
+        schedule,
+        encrypted,
+        skip.at,
+        skip.at,
+        nominal=skip.nominal.isoformat(),
+        dst_adjustment=skip.dst_adjustment.value,
+        state=StartState.SKIPPED,
+        reason="dst_gap",
     )

@@ -36,7 +36,7 @@ from punctual.usecases.kernel.context import Services
 from punctual.usecases.kernel.idempotency import Answer, Mutation, Outcome
 from punctual.usecases.kernel.paging import check_choice, check_limit, decode_cursor, page
 from punctual.usecases.kernel.projections import fire_view, occurrence_view
-from punctual.usecases.recurring.occurrence_rows import new_occurrence
+from punctual.usecases.recurring.occurrence_rows import skipped_range_row
 from punctual.usecases.recurring.schedule_fields import (
     INPUT,
     REVISING,
@@ -160,16 +160,7 @@ def _dropped_by_edit(schedule: Schedule, now: datetime) -> SkippedRange | None:
 
 
 def _record_dropped(tx: Tx, schedule: Schedule, dropped: SkippedRange, now: datetime) -> None:
-    row = new_occurrence(
-        schedule,
-        tx.schedules.input_of(schedule.id),
-        dropped.first,
-        dropped.first,
-        state=StartState.SKIPPED,
-        reason=dropped.reason,
-        range_last=dropped.last,
-        range_count=dropped.count,
-    )
+    row = skipped_range_row(schedule, tx.schedules.input_of(schedule.id), dropped)
     tx.starts.insert_occurrences([row], now)
 
 

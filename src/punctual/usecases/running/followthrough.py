@@ -14,6 +14,7 @@ from __future__ import annotations
 import logging
 from dataclasses import dataclass, replace
 from datetime import datetime, timedelta
+from typing import Any
 
 from punctual.domain.followthrough import (
     FollowThroughStatus,
@@ -72,7 +73,7 @@ def follow_through(services: Services, limit: int = 200) -> FollowThroughReport:
             records.append(_record(run, verdict, now))
             if verdict.status is FollowThroughStatus.REGRESSED and _live(schedule):
                 assert schedule is not None
-                _notify_regression(services, tx, schedule, run, verdict, now)
+                notify(services, tx, _notice(schedule, run, verdict), schedule.created_by, now)
                 notified += 1
         for run in overdue:
             verdict = Verdict(
@@ -84,7 +85,7 @@ def follow_through(services: Services, limit: int = 200) -> FollowThroughReport:
             schedule = schedules.get(run.schedule_id)
             if _live(schedule):
                 assert schedule is not None
-                _notify_timed_out(services, tx, schedule, run, verdict, now)
+                notify(services, tx, _notice(schedule, run, verdict), schedule.created_by, now)
                 notified += 1
         tx.follow_through.record(records)
         tx.schedules.note_ended(
@@ -197,55 +198,32 @@ def _record(run: EndedRun, verdict: Verdict, now: datetime) -> FollowThroughReco
     )
 
 
-def _notify_regression(
-    services: Services, tx: Tx, schedule: Schedule, run: EndedRun, verdict: Verdict, now: datetime
-) -> None:
-    notify(
-        services,
-        tx,
-        NotificationEvent(
-            tenant=run.tenant,
-            kind="regression",
-            title=f"{schedule.name} regressed",
-            text=regression_text(schedule.name, verdict.regressions),
-            schedule_id=schedule.id,
-            occurrence_id=run.occurrence_id,
-            run_id=run.run_id,
-            details={
-                "schedule_name": schedule.name,
-                "previous_run_id": verdict.previous_run_id,
-                "occurrence_at": to_rfc3339(run.occurrence_at),
-                "regressions": [r.as_dict() for r in verdict.regressions],
-            },
-        ),
-        schedule.created_by,
-        now,
-    )
-
-
-def _notify_timed_out(
-    services: Services, tx: Tx, schedule: Schedule, run: EndedRun, verdict: Verdict, now: datetime
-) -> None:
-    notify(
-        services,
-        tx,
-        NotificationEvent(
-            tenant=run.tenant,
-            kind="finalize_timed_out",
-            title=f"{schedule.name}: run {run.run_id} has not ended",
-            text=(
-                f"Schedule {schedule.name}: run {run.run_id} of the occurrence at "
-                f"{to_rfc3339(run.occurrence_at)} has not ended; follow-through stopped waiting"
-            ),
-            schedule_id=schedule.id,
-            occurrence_id=run.occurrence_id,
-            run_id=run.run_id,
-            details={
-                "schedule_name": schedule.name,
-                "occurrence_at": to_rfc3339(run.occurrence_at),
-                "reason": verdict.reason,
-            },
-        ),
-        schedule.created_by,
-        now,
+def _notice(schedule: Schedule, run: EndedRun, verdict: Verdict) -> NotificationEvent:
+    """What the schedule's owner is told of a regression or of a run past its deadline."""
+    occurrence_at = to_rfc3339(run.occurrence_at)
+    details: dict[str, Any]
+    if verdict.status is FollowThroughStatus.REGRESSED:
+        kind, title = "regression", f"{schedule.name} regressed"
+        text = regression_text(schedule.name, verdict.regressions)
+        details = {
+            "previous_run_id": verdict.previous_run_id,
+            "occurrence_at": occurrence_at,
+            "regressions": [r.as_dict() for r in verdict.regressions],
+        }
+    else:
+        kind, title = "finalize_timed_out", f"{schedule.name}: run {run.run_id} has not ended"
+        text = (
+            f"Schedule {schedule.name}: run {run.run_id} of the occurrence at "
+            f"{occurrence_at} has not ended; follow-through stopped waiting"
+        )
+        details = {"occurrence_at": occurrence_at, "reason": verdict.reason}
+    return NotificationEvent(
+        tenant=run.tenant,
+        kind=kind,
+        title=title,
+        text=text,
+        schedule_id=schedule.id,
+        occurrence_id=run.occurrence_id,
+        run_id=run.run_id,
+        details={"schedule_name": schedule.name, **details},
     )

@@ -92,33 +92,39 @@ def _tell_engine(call: Callable[[str, str], None], what: str, tenant: str, run_i
 def cancel(services: Services, principal: Principal, run_id: str) -> Mutation:
     """Cooperative: the workflow sees ``cancel_requested``; idempotent, also once finished."""
 
-    def mutation(tx: Tx, now: datetime) -> Outcome:
-        run = _load_to_mutate(tx, principal, run_id)
-        if isinstance(run, Outcome):
-            return run
-        follow = None
-        if not run.finished:
-            tx.runs.request_cancel(principal.tenant, run_id, now)
-            tell = services.engine.cancel
-            follow = partial(_tell_engine, tell, "cancel", principal.tenant, run_id)
-        view = run_view(_load(tx, principal, run_id))
-        return Outcome(Answer.DONE, view, resource_id=run_id, after_commit=follow)
+    def record(tx: Tx, now: datetime) -> None:
+        tx.runs.request_cancel(principal.tenant, run_id, now)
 
-    return mutation
+    return _stop(principal, run_id, record, services.engine.cancel, "cancel")
 
 
 def terminate(services: Services, principal: Principal, run_id: str) -> Mutation:
     """Immediate: recorded ``terminated`` now, the body is stopped, later results ignored."""
 
+    def record(tx: Tx, now: datetime) -> None:
+        tx.runs.terminate(principal.tenant, run_id, now, f"terminated by {principal.subject}")
+
+    return _stop(principal, run_id, record, services.engine.terminate, "terminate")
+
+
+def _stop(
+    principal: Principal,
+    run_id: str,
+    record: Callable[[Tx, datetime], None],
+    tell: Callable[[str, str], None],
+    what: str,
+) -> Mutation:
+    """Cancel and terminate alike: a run that has not finished is changed in the store, and
+    the engine is told once that commits (FT-6); a finished one answers as it is."""
+
     def mutation(tx: Tx, now: datetime) -> Outcome:
         run = _load_to_mutate(tx, principal, run_id)
         if isinstance(run, Outcome):
             return run
         follow = None
         if not run.finished:
-            tx.runs.terminate(principal.tenant, run_id, now, f"terminated by {principal.subject}")
-            tell = services.engine.terminate
-            follow = partial(_tell_engine, tell, "terminate", principal.tenant, run_id)
+            record(tx, now)
+            follow = partial(_tell_engine, tell, what, principal.tenant, run_id)
         view = run_view(_load(tx, principal, run_id))
         return Outcome(Answer.DONE, view, resource_id=run_id, after_commit=follow)
 

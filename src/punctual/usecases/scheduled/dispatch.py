@@ -29,6 +29,7 @@ import logging
 from collections.abc import Sequence
 from dataclasses import dataclass, field
 from datetime import datetime, timedelta
+from typing import Any
 
 from punctual.domain import backoff, failures
 from punctual.domain.failures import DispatchFailure, FailureClass
@@ -386,22 +387,31 @@ def _new_run(decision: Dispatched) -> NewRun:
     )
 
 
+def _settled(
+    tx: Tx, claim: ClaimedStart, now: datetime, report: DispatchReport, **changes: Any
+) -> bool:
+    """What was decided for a claimed start, recorded under its claim, which it leaves; a
+    claim that was taken over meanwhile records nothing and counts as lost."""
+    won = tx.starts.settle_claim(claim.token, now, claimed_by=None, lease_until=None, **changes)
+    if not won:
+        report.lost += 1
+    return won
+
+
 def _mark_dispatched(tx: Tx, decision: Dispatched, now: datetime, report: DispatchReport) -> bool:
     claim = decision.claim
-    won = tx.starts.settle_claim(
-        claim.token,
+    if not _settled(
+        tx,
+        claim,
         now,
+        report,
         state=StartState.DISPATCHED.value,
         attempts=claim.attempts + 1,
         definition_version=decision.definition.version,
         artifact=decision.definition.artifact,
         dispatched_at=now,
         next_attempt_at=None,
-        claimed_by=None,
-        lease_until=None,
-    )
-    if not won:
-        report.lost += 1
+    ):
         return False
     _note_dispatched(decision, now, report)
     tx.schedules.note_fired(_fired([decision]), now)
@@ -477,17 +487,7 @@ def _record_failure(
             "reason": failure.code,
             "next_attempt_at": None,
         }
-    won = tx.starts.settle_claim(
-        claim.token,
-        now,
-        attempts=attempts,
-        last_error=error,
-        claimed_by=None,
-        lease_until=None,
-        **changes,
-    )
-    if not won:
-        report.lost += 1
+    if not _settled(tx, claim, now, report, attempts=attempts, last_error=error, **changes):
         return
     if retry:
         report.retried.append(claim.id)
@@ -577,20 +577,10 @@ def _dispatch_under_schedule_lock(
             tx.runs.insert_new([_new_run(decision)], now)
             return True
         state = StartState.SKIPPED if verdict is OverlapDecision.SKIP else StartState.BUFFERED
-        won = tx.starts.settle_claim(
-            claim.token,
-            now,
-            state=state.value,
-            reason="overlap" if state is StartState.SKIPPED else None,
-            claimed_by=None,
-            lease_until=None,
-        )
-        if not won:
-            report.lost += 1
-        elif state is StartState.SKIPPED:
-            report.skipped.append(claim.id)
-        else:
-            report.buffered.append(claim.id)
+        reason = "overlap" if state is StartState.SKIPPED else None
+        if _settled(tx, claim, now, report, state=state.value, reason=reason):
+            kept = report.skipped if state is StartState.SKIPPED else report.buffered
+            kept.append(claim.id)
         return False
 
 

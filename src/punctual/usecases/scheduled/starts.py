@@ -215,7 +215,14 @@ def _load(tx: Tx, principal: Principal, start_id: str) -> ScheduledStart:
     return start
 
 
-def _changed(tx: Tx, start: ScheduledStart, now: datetime, **changes: Any) -> ScheduledStart:
+def _moved(
+    tx: Tx, now: datetime, start: ScheduledStart, version: int, state: StartState, **changes: Any
+) -> ScheduledStart:
+    """State and version checks (OS-5), then the move to ``state``. It leaves any claim: a
+    dispatching start's mutation wins over the claim, whose dispatch then cannot record
+    (FT-5)."""
+    check_mutable(start, version)
+    changes.update(state=state.value, claimed_by=None, lease_until=None)
     if not tx.starts.compare_and_set(start.id, start.version, now, **changes):
         # Lost the race to a claim or another mutation: report what won.
         latest = tx.starts.get(start.tenant, start.id)
@@ -231,20 +238,16 @@ def reschedule(services: Services, principal: Principal, cmd: RescheduleStart) -
         start = _load(tx, principal, cmd.start_id)
         validate_new_start_at(cmd.start_at, cmd.time_zone, now)
         require(principal, Action.MUTATE_START, owner=start.created_by)
-        check_mutable(start, cmd.version)
-        # A dispatching start goes back to scheduled: the reschedule wins over the claim,
-        # whose dispatch then cannot record (FT-5).
-        updated = _changed(
+        updated = _moved(
             tx,
-            start,
             now,
-            state=StartState.SCHEDULED.value,
+            start,
+            cmd.version,
+            StartState.SCHEDULED,
             start_at=cmd.start_at,
             time_zone=cmd.time_zone,
             due_at=cmd.start_at,
             next_attempt_at=None,
-            claimed_by=None,
-            lease_until=None,
         )
         _wake_if_due_soon(services, tx, cmd.start_at, now)
         return Outcome(Answer.DONE, start_view(updated), resource_id=start.id)
@@ -260,15 +263,8 @@ def cancel(services: Services, principal: Principal, cmd: CancelStart) -> Mutati
         if cmd.reason is not None and len(cmd.reason) > 300:
             raise InvalidRequest("reason is limited to 300 characters")
         require(principal, Action.MUTATE_START, owner=start.created_by)
-        check_mutable(start, cmd.version)
-        updated = _changed(
-            tx,
-            start,
-            now,
-            state=StartState.CANCELED.value,
-            reason=cmd.reason or "canceled",
-            claimed_by=None,
-            lease_until=None,
+        updated = _moved(
+            tx, now, start, cmd.version, StartState.CANCELED, reason=cmd.reason or "canceled"
         )
         return Outcome(Answer.DONE, start_view(updated), resource_id=start.id)
 

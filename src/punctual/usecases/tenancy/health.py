@@ -13,7 +13,7 @@ from punctual.ports.records import Finding, StartFilter, WorkerRecord
 from punctual.ports.store import Tx
 from punctual.usecases.kernel.context import Services
 from punctual.usecases.kernel.idempotency import Answer, Mutation, Outcome
-from punctual.usecases.kernel.projections import finding_view, start_view, ts
+from punctual.usecases.kernel.projections import finding_view, record_view, start_view
 
 HOST = "*"
 """The tenant of host-wide findings (an engine outage), shown in every tenant's report."""
@@ -107,15 +107,10 @@ def drifting(findings: list[Finding]) -> int:
 
 
 def worker_view(worker: WorkerRecord) -> dict[str, Any]:
-    return {
-        "id": worker.id,
-        "engine": worker.engine,
-        "host": worker.host,
-        "task_queues": worker.task_queues,
-        "loaded": [{"workflow": n, "version": v, "artifact": a} for n, v, a in worker.loaded],
-        "slots": worker.slots,
-        "heartbeat_at": ts(worker.heartbeat_at),
-    }
+    """A worker as the health report lists it, each loaded version as a named triple."""
+    view = record_view(worker, hidden=("started_at", "stopped_at"))
+    view["loaded"] = [{"workflow": n, "version": v, "artifact": a} for n, v, a in worker.loaded]
+    return view
 
 
 ORPHANED_SCHEDULE = "orphaned_schedule"

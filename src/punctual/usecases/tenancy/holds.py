@@ -28,7 +28,7 @@ from punctual.usecases.kernel.audit import HOST_ACTOR, host_entry
 from punctual.usecases.kernel.context import Services
 from punctual.usecases.kernel.idempotency import Answer, Mutation, Outcome
 from punctual.usecases.kernel.paging import check_choice, check_limit, decode_cursor, page
-from punctual.usecases.kernel.projections import ts
+from punctual.usecases.kernel.projections import record_view
 
 MAX_REASON_LENGTH = 1000
 
@@ -57,17 +57,7 @@ class RequestLine:
 
 
 def hold_view(hold: Hold) -> dict[str, Any]:
-    return {
-        "id": hold.id,
-        "subject_kind": hold.subject_kind,
-        "subject_id": hold.subject_id,
-        "reason": hold.reason,
-        "created_by": hold.created_by,
-        "created_at": ts(hold.created_at),
-        "released_at": ts(hold.released_at),
-        "released_by": hold.released_by,
-        "placed_by_host": hold.placed_by_host,
-    }
+    return record_view(hold, hidden=("tenant", "seq"))
 
 
 def _invalid(field: str, message: str) -> InvalidRequest:

@@ -16,7 +16,7 @@ from punctual.ports.store import Tx
 from punctual.usecases.firing import schedule_driver
 from punctual.usecases.kernel.context import Services
 from punctual.usecases.kernel.idempotency import Answer, Mutation, Outcome
-from punctual.usecases.kernel.paging import check_limit, decode_cursor, page
+from punctual.usecases.kernel.paging import read_page
 from punctual.usecases.kernel.projections import token_view, ts
 from punctual.usecases.outbound.outbox import notify_auto_disabled
 
@@ -196,10 +196,9 @@ def list_tokens(
     services: Services, principal: Principal, limit: int, cursor: str | None
 ) -> dict[str, Any]:
     require(principal, Action.ADMINISTER)
-    limit = check_limit(limit)
-    with services.store.transaction(readonly=True) as tx:
-        records = tx.identity.list_tokens(principal.tenant, decode_cursor(cursor), limit + 1)
-    return page([(r.seq, r) for r in records], limit, token_view)
+    return read_page(
+        services, principal, limit, cursor, lambda tx: tx.identity.list_tokens, token_view
+    )
 
 
 def revoke_token(services: Services, principal: Principal, token_id: str) -> Mutation:

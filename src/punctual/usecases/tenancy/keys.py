@@ -17,7 +17,7 @@ from __future__ import annotations
 
 import logging
 from collections.abc import Collection, Iterable
-from dataclasses import dataclass, field, replace
+from dataclasses import asdict, dataclass, field, replace
 from datetime import datetime
 from typing import Any
 
@@ -312,13 +312,7 @@ class RewrapReport:
     still_needed: dict[str, dict[str, int]] = field(default_factory=dict)
 
     def view(self) -> dict[str, Any]:
-        return {
-            "active_key_id": self.active_key_id,
-            "rewrapped": self.rewrapped,
-            "changed": self.changed,
-            "unreadable": self.unreadable,
-            "still_needed": self.still_needed,
-        }
+        return asdict(self)
 
 
 def rewrap(services: Services, batch_size: int = 500) -> RewrapReport:
