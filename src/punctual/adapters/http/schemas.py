@@ -4,6 +4,7 @@ What each route answers is documented in ``punctual.adapters.http.openapi``."""
 from __future__ import annotations
 
 from collections.abc import Callable
+from dataclasses import fields
 from datetime import UTC, datetime
 from typing import TYPE_CHECKING, Annotated, Any, Literal, get_args, get_origin
 
@@ -107,16 +108,8 @@ class CreateStartBody(_Body):
     )
 
     def command(self) -> CreateStart:
-        return CreateStart(
-            workflow=self.workflow,
-            input=self.input,
-            business_request_id=self.business_request_id,
-            start_at=self.start_at,
-            workload_class=self.workload_class,
-            time_zone=self.time_zone,
-            attributes=dict(self.attributes),
-            traceparent=self.traceparent,
-        )
+        """The body's fields are the command's, by name (a batch item's key is not one)."""
+        return CreateStart(**{f.name: getattr(self, f.name) for f in fields(CreateStart)})
 
 
 MAX_BATCH_ITEMS = 500
