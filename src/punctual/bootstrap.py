@@ -45,6 +45,7 @@ from punctual.settings import Settings
 from punctual.usecases.firing import driver_switch, schedule_driver
 from punctual.usecases.kernel.context import HostPolicy, Services, TenantPolicy, WorkloadClass
 from punctual.usecases.kernel.idempotency import MutationRunner
+from punctual.usecases.kernel.principals import PrincipalCache
 from punctual.usecases.running.definitions import check_keys
 from punctual.usecases.tenancy import keys as codec_keys
 from punctual.usecases.tenancy.retention import RetentionPolicy
@@ -509,6 +510,7 @@ def _assemble(
         rng=rng,
         on_due_change=due.ring,
         crash_point=CrashPoints(os.environ.get("PUNCTUAL_CRASH_AT", "")),
+        principals=PrincipalCache(settings.auth_cache_seconds),
     )
     key_watch = None
     if prepare:

@@ -204,6 +204,9 @@ class Settings(BaseSettings):
     driver: Literal["sql", "temporal_schedules"] = "sql"
     """What fires schedules (CR-6): the runner's generation pass, or Temporal Schedules."""
     api_wait_seconds: float = Field(default=5, gt=0, le=120)
+    auth_cache_seconds: float = Field(default=2, ge=0, le=60)
+    """How long a process trusts a bearer token it checked (0: never): a revoked or expired
+    token, or a member's new role, takes effect within it on every process."""
     max_body_bytes: int = Field(default=1_048_576, ge=1024)
     internal_token: SecretStr | None = None
     """The host's token for ``/internal/…`` (``X-Internal-Token``); without it the tree

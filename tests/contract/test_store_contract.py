@@ -26,6 +26,7 @@ from punctual.errors import Unavailable
 from punctual.ports.records import (
     DispatchedStart,
     EncryptedInput,
+    LiveToken,
     NewRun,
     NewStart,
     RunClaim,
@@ -273,6 +274,17 @@ def test_principal_for_digest_refuses_expired_token(store: SqlStore) -> None:
     with store.transaction(readonly=True) as tx:
         assert tx.identity.principal_for_digest(digest_of("secret-1"), at(3599)) is not None
         assert tx.identity.principal_for_digest(digest_of("secret-1"), at(3601)) is None
+
+
+def test_live_token_carries_the_expiry_it_must_not_be_trusted_past(store: SqlStore) -> None:
+    _member_with_token(store, expires_at=at(3600))
+    _member_with_token(store, "secret-2", subject="bob")
+    with store.transaction(readonly=True) as tx:
+        expiring = tx.identity.live_token(digest_of("secret-1"), at(60))
+        lasting = tx.identity.live_token(digest_of("secret-2"), at(60))
+        assert tx.identity.live_token(digest_of("secret-1"), at(3600)) is None
+    assert expiring == LiveToken(Principal(TENANT, "alice", Role.MEMBER), at(3600))
+    assert lasting == LiveToken(Principal(TENANT, "bob", Role.MEMBER), None)
 
 
 def test_principal_for_digest_refuses_token_of_removed_member(store: SqlStore) -> None:

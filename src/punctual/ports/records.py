@@ -7,6 +7,7 @@ from datetime import datetime
 from enum import StrEnum
 from typing import Any
 
+from punctual.domain.permissions import Principal
 from punctual.domain.runs import RunState
 from punctual.domain.schedules import Schedule, ScheduleSettings
 from punctual.domain.starts import ScheduledStart, StartRequest
@@ -641,3 +642,11 @@ class AuditEntry:
     subject_id: str | None
     status: int
     seq: int = 0
+
+
+@dataclass(frozen=True)
+class LiveToken:
+    """A token that may be used now: whose it is, and until when (None: no expiry)."""
+
+    principal: Principal
+    expires_at: datetime | None

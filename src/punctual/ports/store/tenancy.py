@@ -12,6 +12,7 @@ from punctual.domain.runs import Definition, DefinitionState
 from punctual.ports.records import (
     IdempotencyRecord,
     KeyOutcome,
+    LiveToken,
     ProcessRecord,
     Resealed,
     SealedKind,
@@ -54,6 +55,10 @@ class Identity(Protocol):
 
     def principal_for_digest(self, digest: str, now: datetime) -> Principal | None:
         """The principal of a live token: not revoked, not expired, still a member."""
+
+    def live_token(self, digest: str, now: datetime) -> LiveToken | None:
+        """``principal_for_digest`` with the token's expiry, for a process that remembers
+        the answer for a while (it must not outlive the token)."""
 
     def list_tokens(self, tenant: str, after_seq: int, limit: int) -> list[TokenRecord]: ...
 

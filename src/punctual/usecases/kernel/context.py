@@ -15,6 +15,7 @@ from punctual.ports.events import Event, EventSink
 from punctual.ports.quota import QuotaController
 from punctual.ports.store import Store
 from punctual.ports.webhooks import SendResult, WebhookSender
+from punctual.usecases.kernel.principals import PrincipalCache
 
 
 @dataclass(frozen=True)
@@ -109,3 +110,5 @@ class Services:
     """Called after a commit that may make work due sooner (wakes the runner)."""
     crash_point: Callable[[str], None] = field(default=lambda name: None)
     """Fault-injection seam: tests make the process die at a named point."""
+    principals: PrincipalCache = field(default_factory=lambda: PrincipalCache(0))
+    """Tokens this process checked lately (``auth_cache_seconds``; none by default)."""

@@ -32,7 +32,9 @@ def new_secret() -> str:
 
 
 def authenticate(services: Services, token: str | None) -> Principal:
-    """The principal behind a bearer token, or ``Unauthenticated``.
+    """The principal behind a bearer token, or ``Unauthenticated``; as this process checked
+    it less than ``auth_cache_seconds`` ago (never past the token's expiry), else from the
+    store.
 
     The secret itself is never compared: the store looks the token up by the SHA-256
     digest of what was presented (an indexed equality). Timing can then tell an attacker
@@ -43,14 +45,21 @@ def authenticate(services: Services, token: str | None) -> Principal:
     """
     if not token:
         raise Unauthenticated("send 'Authorization: Bearer <token>'")
-    principal = principal_of_digest(services, digest(token), services.clock.now())
+    token_digest, now = digest(token), services.clock.now()
+    principal = services.principals.recall(token_digest, now)
     if principal is None:
-        raise Unauthenticated("the token is unknown, revoked or expired")
+        with services.store.transaction(readonly=True) as tx:
+            live = tx.identity.live_token(token_digest, now)
+        if live is None:
+            raise Unauthenticated("the token is unknown, revoked or expired")
+        services.principals.remember(token_digest, live)
+        principal = live.principal
     return principal
 
 
 def principal_of_digest(services: Services, token_digest: str, now: datetime) -> Principal | None:
-    """The principal of a live token by its digest (a page session holds only the digest)."""
+    """The principal of a live token by its digest, from the store each time: a page session
+    holds only the digest, and ends at once when its token is revoked."""
     with services.store.transaction(readonly=True) as tx:
         return tx.identity.principal_for_digest(token_digest, now)
 
@@ -101,6 +110,7 @@ def ensure_member_token(
     with services.store.transaction() as tx:
         tx.identity.ensure_tenant(tenant, now)
         tx.identity.upsert_member(tenant, subject, role, now)
+        services.principals.forget_all()  # the member's role may have changed
         if token is None:
             return issue_token(tx, tenant, subject, now)
         if tx.identity.principal_for_digest(digest(token), now) is None:
@@ -130,14 +140,13 @@ def _parse_role(value: str) -> Role:
 
 
 def add_member(services: Services, principal: Principal, subject: str, role: str) -> Mutation:
-    del services
-
     def mutation(tx: Tx, now: datetime) -> Outcome:
         parsed = _parse_role(role)
         if not subject or len(subject) > 200:
             raise InvalidRequest("subject must be 1 to 200 characters")
         require(principal, Action.ADMINISTER)
         tx.identity.upsert_member(principal.tenant, subject, parsed, now)
+        services.principals.forget_all()  # the member's new role, here at once
         body = {"tenant": principal.tenant, "subject": subject, "role": parsed.value}
         return Outcome(Answer.CREATED, body, resource_id=subject)
 
@@ -155,6 +164,7 @@ def remove_member(services: Services, principal: Principal, subject: str) -> Mut
         require(principal, Action.ADMINISTER)
         tx.identity.revoke_tokens_of(principal.tenant, subject, now)
         tx.identity.remove_member(principal.tenant, subject)
+        services.principals.forget_all()
         status = auto_disabled_status(f"its creator {subject} was removed from the tenant")
         for schedule in tx.schedules.by_creator(principal.tenant, subject):
             if schedule.enabled and tx.schedules.compare_and_set(
@@ -202,12 +212,11 @@ def list_tokens(
 
 
 def revoke_token(services: Services, principal: Principal, token_id: str) -> Mutation:
-    del services
-
     def mutation(tx: Tx, now: datetime) -> Outcome:
         require(principal, Action.ADMINISTER)
         if not tx.identity.revoke_token(principal.tenant, token_id, now):
             raise not_found("token", token_id)
+        services.principals.forget_all()
         return Outcome(Answer.REMOVED, None, resource_id=token_id)
 
     return mutation

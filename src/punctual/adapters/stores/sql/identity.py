@@ -11,7 +11,7 @@ from punctual.adapters.stores.sql import tables as t
 from punctual.adapters.stores.sql.dialects import insert_ignore
 from punctual.adapters.stores.sql.rows import record_from_row
 from punctual.domain.permissions import Principal, Role
-from punctual.ports.records import TokenRecord
+from punctual.ports.records import LiveToken, TokenRecord
 
 
 class SqlIdentity:
@@ -93,14 +93,20 @@ class SqlIdentity:
         return TokenRecord(token_id, tenant, subject, now, expires_at, None)
 
     def principal_for_digest(self, digest: str, now: datetime) -> Principal | None:
-        """The live principal behind a token digest (not revoked, not expired, still a member).
+        live = self.live_token(digest, now)
+        return None if live is None else live.principal
+
+    def live_token(self, digest: str, now: datetime) -> LiveToken | None:
+        """The live token behind a digest (not revoked, not expired, still a member).
 
         An indexed equality lookup of the SHA-256 digest of the presented secret: its timing
         can only reveal how the presented digest compares with stored digests, which does
         not help find a 256-bit random secret (see ``usecases.identity.authenticate``).
         """
         query = (
-            sa.select(t.tokens.c.tenant, t.tokens.c.subject, t.members.c.role)
+            sa.select(
+                t.tokens.c.tenant, t.tokens.c.subject, t.members.c.role, t.tokens.c.expires_at
+            )
             .join(
                 t.members,
                 sa.and_(
@@ -117,7 +123,8 @@ class SqlIdentity:
         row = self._conn.execute(query).mappings().first()
         if row is None:
             return None
-        return Principal(tenant=row["tenant"], subject=row["subject"], role=Role(row["role"]))
+        principal = Principal(tenant=row["tenant"], subject=row["subject"], role=Role(row["role"]))
+        return LiveToken(principal, row["expires_at"])
 
     def list_tokens(self, tenant: str, after_seq: int, limit: int) -> list[TokenRecord]:
         query = (
