@@ -7,8 +7,8 @@ writes, without its admission checks), then
 ``punctual serve`` (a separate process) dispatches and runs them. Reported per start:
 
 * dispatch lag  = ``dispatch.dispatched_at - start_at`` from the start projection;
-* run-start lag = the run's ``started_at - start_at`` (``started_at`` is stamped when a
-  worker claims the run, just before its body is handed to a slot);
+* run-start lag = the run's ``started_at - start_at`` (``started_at`` is when the body
+  began in its slot, as the worker recorded it; the claim is ``claimed_at``);
 * for bursts, "all committed": when the last start of the burst was visibly
   ``dispatched`` to another connection (polled every 10 ms), minus the due instant.
 
