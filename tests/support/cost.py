@@ -29,16 +29,6 @@ class Cost:
     log: list[str] = field(default_factory=list)
     """Each statement's first words, in order: what a budget failure prints."""
 
-    def per(self, count: int) -> tuple[float, float]:
-        return self.statements / count, self.round_trips / count
-
-    def __sub__(self, other: Cost) -> Cost:
-        return Cost(
-            self.statements - other.statements,
-            self.round_trips - other.round_trips,
-            self.transactions - other.transactions,
-        )
-
 
 @dataclass
 class _Counter:
