@@ -76,6 +76,9 @@ class _Body(BaseModel):
     model_config = ConfigDict(extra="forbid")
 
 
+_CREATE_START_FIELDS = tuple(f.name for f in fields(CreateStart))
+
+
 class CreateStartBody(_Body):
     model_config = ConfigDict(
         extra="forbid",
@@ -109,7 +112,7 @@ class CreateStartBody(_Body):
 
     def command(self) -> CreateStart:
         """The body's fields are the command's, by name (a batch item's key is not one)."""
-        return CreateStart(**{f.name: getattr(self, f.name) for f in fields(CreateStart)})
+        return CreateStart(**{name: getattr(self, name) for name in _CREATE_START_FIELDS})
 
 
 MAX_BATCH_ITEMS = 500
@@ -274,7 +277,7 @@ def _strict(kind: Any) -> Any:
 def _schedule_fields(*, edit: bool) -> dict[str, Any]:
     """The fields of a schedule body, from the table of schedule fields: a create's take
     their create defaults; an edit's are all optional, strictly typed, ``None`` unsent."""
-    fields: dict[str, Any] = {}
+    declared: dict[str, Any] = {}
     for name, kind, default in in_body_order():
         wire, extras = _on_the_wire(name, kind, edit=edit)
         if edit:
@@ -282,8 +285,8 @@ def _schedule_fields(*, edit: bool) -> dict[str, Any]:
         if (edit or default is None) and wire is not Any:
             wire = wire | None
         value = None if edit else (... if default is REQUIRED else default)
-        fields[name] = (wire, Field(value, **extras))
-    return fields
+        declared[name] = (wire, Field(value, **extras))
+    return declared
 
 
 _ScheduleFields: type[BaseModel] = create_model(
