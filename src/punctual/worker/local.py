@@ -3,7 +3,9 @@
 It claims runs only of the versions whose code is the registered artifact: a version whose
 body was edited without a new version is left to workers with the registered code (OP-3).
 
-One control thread claims, heartbeats and checks flags; one recorder thread records
+One control thread claims, heartbeats and checks flags, and keeps the slots fed from a
+short queue of its own while they drain fast (a burst takes a few claims, not one per
+slot queue's worth); one recorder thread records
 outcomes and body starts, all those since its last commit in one transaction, so the slot
 pool hands an outcome over without waiting on the store. Run bodies execute in a
 ``SlotPool`` of warm child processes, so terminate and timeouts can kill a body outright
@@ -23,6 +25,7 @@ import os
 import socket
 import threading
 import time
+from collections import deque
 from collections.abc import Sequence
 from dataclasses import dataclass
 from datetime import datetime
@@ -46,6 +49,12 @@ _RECORD_RETRY_SECONDS = 0.5
 _WATCHDOG_SECONDS = 0.1
 _MAX_HELD_PER_CAPACITY = 4
 """A worker holds at most this many runs per place in its slots, recorded or not."""
+_READY_HORIZON_SECONDS = 0.1
+"""Beyond the room in its slots, a claim takes what the slots finished in this long just
+before: about what they will begin before the claim after it could deliver."""
+_READY_WAIT_SECONDS = 0.5
+"""A claimed run waits this long at most in the worker's ready queue; after that the
+slots have slowed down and it goes back uncharged, for another worker to take."""
 _MAX_FENCE_MARGIN_SECONDS = 1.0
 """A body is stopped this long (at most; a tenth of the lease for short leases) before
 its lease could expire unrenewed."""
@@ -99,6 +108,11 @@ class LocalWorker:
         self._watchdog: threading.Thread | None = None
         self._returned: list[ClaimedRun] = []
         """Runs a slot took back before their body began: given back uncharged."""
+        self._ready: dict[str, tuple[float, execution.ClaimedWork]] = {}
+        """Claimed runs not handed to a slot yet, by run id in claim order, with when they
+        were claimed (monotonic); only the control thread touches it."""
+        self._finishes: deque[float] = deque()
+        """When recent bodies finished (monotonic, the last ``_READY_HORIZON_SECONDS``)."""
         self._pool = SlotPool(
             options.app_ref,
             options.slots,
@@ -152,6 +166,10 @@ class LocalWorker:
         if self._thread is not None:
             self._thread.join(timeout=grace_seconds + 5)
         self._pool.close(grace_seconds)
+        # The control loop is over: what it kept ready goes back with what slots returned.
+        with self._lock:
+            self._returned.extend(item.run for _, item in self._ready.values())
+        self._ready.clear()
         self._give_back_returned()
         # The watchdog outlives the control loop: bodies finishing within the grace
         # period are no longer renewed, and must still stop before their leases end.
@@ -186,6 +204,7 @@ class LocalWorker:
                     self._apply_flags(execution.run_flags(self._services, self._running_ids()))
                     next_flags = now + _FLAG_CHECK_SECONDS
                 self._give_back_returned()
+                self._feed()
                 wanted, claimed = self._claim()
             except Unavailable as exc:
                 log.warning("event=worker_store_unavailable worker=%s error=%s", self.id, exc)
@@ -195,14 +214,17 @@ class LocalWorker:
                 wanted, claimed = 1, 0
             if claimed < 0:
                 self._recorded.wait(_FLAG_CHECK_SECONDS)  # until the recorder catches up
-            elif claimed < wanted:
+            elif claimed < wanted and not self._ready:
                 # Nothing (more) to claim now, or it failed: until runs arrive (the
                 # doorbell) or the next flag check.
                 wait = _FLAG_CHECK_SECONDS if self._running_ids() else _IDLE_POLL_SECONDS
                 self._doorbell.wait(wait)
-            elif not self._pool.wait_for_capacity(self._claim_batch, _FLAG_CHECK_SECONDS):
-                # More may be pending: claimed again as soon as there is room for a batch
-                # (above); without room by the next flag check, or a closed pool, here.
+            elif not self._pool.wait_for_capacity(
+                1 if self._ready else self._claim_batch, _FLAG_CHECK_SECONDS
+            ):
+                # Runs to feed: as soon as a slot has room. More may be pending: claimed
+                # again when there is room for a batch (above). Without room by the next
+                # flag check, or a closed pool, here.
                 self._doorbell.wait(_FLAG_CHECK_SECONDS / 10)
 
     def _running_ids(self) -> list[str]:
@@ -227,10 +249,11 @@ class LocalWorker:
                 self._fence(claim, "lease_not_renewed")
 
     def _claim(self) -> tuple[int, int]:
-        """Claim as many runs as the slots have room for, in one statement; returns
-        (asked for, claimed). Asks for nothing while the room is less than a batch and
+        """Claim, in one statement, as many runs as the slots have room for and what they
+        finished in the last ``_READY_HORIZON_SECONDS`` (those wait in the ready queue);
+        returns (asked for, claimed). Asks for nothing while that is less than a batch and
         every slot still has work; claimed is -1 while too many outcomes await recording."""
-        free = self._pool.free_capacity()
+        room = self._pool.free_capacity()
         self._recorded.clear()  # before counting: a recording from now on ends the wait
         with self._lock:
             # Runs whose outcome is not recorded yet are still held (and renewed): the
@@ -238,17 +261,16 @@ class LocalWorker:
             unheld = _MAX_HELD_PER_CAPACITY * self._pool.capacity - len(self._running)
         if unheld < self._claim_batch:
             return 0, -1
-        free = min(free, unheld)
-        if free <= 0 or (free < self._claim_batch and self._pool.free_slots() == 0):
+        wanted = min(unheld, room + self._recent_finishes() - len(self._ready))
+        if wanted <= 0 or (wanted < self._claim_batch and self._pool.free_slots() == 0):
             return 0, 0
         began = time.monotonic()
         work = execution.claim_runs(
-            self._services, self.id, self._options.task_queues, self._loaded, free
+            self._services, self.id, self._options.task_queues, self._loaded, wanted
         )
         if work:
             self._services.crash_point("after_run_claim")
         renew_by = began + self._services.policy.lease_seconds - self._lease_margin
-        not_handed: list[ClaimedRun] = []
         for item in work:
             run = item.run
             stale = self._running.get(run.id)
@@ -259,26 +281,55 @@ class LocalWorker:
             with self._lock:
                 self._running[run.id] = run
                 self._renew_by[run.id] = renew_by
-            if not self._hand_over(item, not_handed):
-                continue
-        if not_handed:
-            self._give_back(not_handed)
-        return free, len(work)
+            self._ready.pop(run.id, None)
+            self._ready[run.id] = (began, item)
+        self._feed()
+        return wanted, len(work)
 
-    def _hand_over(self, item: execution.ClaimedWork, not_handed: list[ClaimedRun]) -> bool:
-        """Submit one claimed run to a slot; a failure concerns that run alone."""
+    def _recent_finishes(self) -> int:
+        horizon = time.monotonic() - _READY_HORIZON_SECONDS
+        with self._lock:
+            while self._finishes and self._finishes[0] < horizon:
+                self._finishes.popleft()
+            return len(self._finishes)
+
+    def _feed(self) -> None:
+        """Hand ready runs to the slots while they have room, oldest first; give back those
+        that waited too long or whose lease renewal is overdue (uncharged)."""
+        now = time.monotonic()
+        stale: list[ClaimedRun] = []
+        while self._ready:
+            run_id = next(iter(self._ready))
+            claimed_at, item = self._ready[run_id]
+            run = item.run
+            with self._lock:
+                current = self._running.get(run_id)
+                renew_by = self._renew_by.get(run_id, now)
+            if current is None or current.claim != run.claim:
+                del self._ready[run_id]  # fenced or ended meanwhile: it never begins
+                continue
+            if now - claimed_at > _READY_WAIT_SECONDS or renew_by <= now:
+                del self._ready[run_id]
+                self._drop(run.claim)
+                stale.append(run)
+                continue
+            if self._pool.free_capacity() <= 0 or not self._hand_over(item):
+                break
+            del self._ready[run_id]
+        if stale:
+            self._give_back(stale)
+
+    def _hand_over(self, item: execution.ClaimedWork) -> bool:
+        """Submit one claimed run to a slot; False if no slot took it after all (it stays
+        ready). A failure of the assignment itself concerns that run alone."""
         run = item.run
         try:
             self._pool.submit(Assignment.of_run(run, run.attempt, item.payload))
-            return True
         except RuntimeError as exc:
-            # No slot after all (a slot process died between "free" and "submit", or the
-            # pool is closing): the run goes back to be claimed, no attempt charged.
-            log.warning("event=run_handoff_deferred run=%s error=%s", run.id, exc)
-            with self._lock:
-                self._running.pop(run.id, None)
-                self._renew_by.pop(run.id, None)
-            not_handed.append(run)
+            # No slot after all (a slot process died between "room" and "submit", or the
+            # pool is closing): it waits in the ready queue, or goes back uncharged.
+            log.debug("event=run_handoff_deferred run=%s error=%s", run.id, exc)
+            return False
         except Exception as exc:
             # The assignment itself cannot run (a bad timeout, input that cannot travel):
             # it would fail the same way on any worker, so the run fails now.
@@ -290,7 +341,7 @@ class LocalWorker:
                 "execution_timeout_seconds and that the input is plain JSON",
             )
             self._finished(Outcome(run.id, "failed", None, error, run.attempt))
-        return False
+        return True
 
     def _taken_back(self, assignments: list[Assignment]) -> None:
         """Called by the pool: these runs' bodies never began (queued behind a slow body,
@@ -306,13 +357,18 @@ class LocalWorker:
     def _give_back_returned(self) -> None:
         with self._lock:
             returned, self._returned = self._returned, []
-            for run in returned:
-                current = self._running.get(run.id)
-                if current is not None and current.claim == run.claim:
-                    del self._running[run.id]
-                    self._renew_by.pop(run.id, None)
+        for run in returned:
+            self._drop(run.claim)
         if returned:
             self._give_back(returned)
+
+    def _drop(self, claim: RunClaim) -> None:
+        """Hold ``claim`` no longer (its body never began here)."""
+        with self._lock:
+            current = self._running.get(claim.run_id)
+            if current is not None and current.claim == claim:
+                del self._running[claim.run_id]
+                self._renew_by.pop(claim.run_id, None)
 
     def _give_back(self, runs: list[ClaimedRun]) -> None:
         try:
@@ -330,8 +386,12 @@ class LocalWorker:
             if flag.claim_token != run.claim_token:
                 self._fence(run.claim, "claim_taken_over")
             elif flag.state != RunState.RUNNING.value:
-                # Terminated, or finished elsewhere (timed out by the reaper): stop the body.
-                self._pool.terminate(flag.id)
+                # Terminated, or finished elsewhere (timed out by the reaper): stop the body,
+                # or drop it before it begins if it waits in the ready queue.
+                if self._ready.pop(flag.id, None) is not None:
+                    self._drop(run.claim)
+                else:
+                    self._pool.terminate(flag.id)
             elif flag.cancel_requested:
                 self._pool.cancel(flag.id)
 
@@ -396,6 +456,7 @@ class LocalWorker:
             if run is None or run.attempt != outcome.attempt:
                 return  # an earlier attempt's body, stopped when the run came back here
             self._outcomes.append((run, outcome))
+            self._finishes.append(time.monotonic())
         self._outcome_ready.set()
 
     def _record_loop(self) -> None:
