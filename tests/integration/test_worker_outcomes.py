@@ -5,6 +5,7 @@ taken for a refusal (FT-2, FT-3)."""
 from __future__ import annotations
 
 import threading
+from datetime import timedelta
 from pathlib import Path
 from typing import Any
 
@@ -21,6 +22,7 @@ from punctual.worker.local import LocalWorker, WorkerOptions
 from punctual.workflows import load_app
 from tests.integration.test_worker_faults import (
     APP_REF,
+    get_run,
     insert_run,
     start_worker,
     system,
@@ -101,3 +103,29 @@ def test_a_transient_store_error_keeps_the_outcome_until_it_is_recorded(
     run = wait_finished(system, insert_run(system, "counted", {"file": str(marker)}))
     assert (run.state, run.attempts, run.error) == (RunState.COMPLETED, 1, None)
     assert marker.read_text().count("\n") == 1, "the body ran once"
+
+
+def test_an_outcome_carries_its_body_start_or_keeps_the_one_recorded(
+    system: bootstrap.Punctual,
+) -> None:
+    """A short body's start is recorded with its outcome, in the same statement; an
+    outcome without one keeps the start recorded on its own while the body ran."""
+    services = system.services
+    folded, alone = insert_run(system, "echo"), insert_run(system, "echo")
+    work = execution.claim_runs(services, "wrk_test", ["standard"], [("echo", "1")], 10)
+    claimed = {item.run.id: item.run for item in work}
+    assert set(claimed) == {folded, alone}
+    now = services.clock.now()
+    began_alone, began_folded = now - timedelta(seconds=3), now - timedelta(seconds=1)
+    execution.mark_started(services, [(claimed[alone].claim, began_alone)])
+    recorded = execution.finish_runs(
+        services,
+        "wrk_test",
+        [
+            execution.Finished(claimed[folded], RunState.COMPLETED, {}, None, began_folded),
+            execution.Finished(claimed[alone], RunState.COMPLETED, {}, None),
+        ],
+    )
+    assert recorded == [True, True]
+    assert get_run(system, folded).started_at == began_folded
+    assert get_run(system, alone).started_at == began_alone

@@ -222,6 +222,8 @@ class AttemptOutcome:
     state: str  # a RunState value
     result: Any
     error: dict[str, Any] | None
+    started_at: datetime | None = None
+    """When the body began, if not recorded yet: written with the outcome, one statement."""
 
 
 @dataclass(frozen=True)

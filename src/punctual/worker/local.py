@@ -55,6 +55,9 @@ before: about what they will begin before the claim after it could deliver."""
 _READY_WAIT_SECONDS = 0.5
 """A claimed run waits this long at most in the worker's ready queue; after that the
 slots have slowed down and it goes back uncharged, for another worker to take."""
+_START_ALONE_AFTER_SECONDS = 0.05
+"""A body's start is recorded on its own once the body has run this long; a shorter
+body's start is recorded with its outcome, in the same statement."""
 _MAX_FENCE_MARGIN_SECONDS = 1.0
 """A body is stopped this long (at most; a tenth of the lease for short leases) before
 its lease could expire unrenewed."""
@@ -86,8 +89,9 @@ class LocalWorker:
         self._outcomes: list[tuple[ClaimedRun, Outcome]] = []
         """Outcomes not recorded yet; kept (and retried) while the store is unavailable,
         and the runs stay ours meanwhile: their leases are renewed until recorded."""
-        self._starts: list[tuple[RunClaim, datetime]] = []
-        """Bodies that began since the recorder's last commit (``started_at``)."""
+        self._starts: list[tuple[RunClaim, datetime, float]] = []
+        """Bodies that began and whose ``started_at`` is not recorded yet (with the
+        monotonic time they began)."""
         self._renew_by: dict[str, float] = {}
         """Per run, the monotonic time by which its lease must have been renewed again,
         or its body is stopped (the lease may expire soon after)."""
@@ -442,7 +446,7 @@ class LocalWorker:
             run = self._running.get(run_id)
             if run is None:
                 return
-            self._starts.append((run.claim, self._services.clock.now()))
+            self._starts.append((run.claim, self._services.clock.now(), time.monotonic()))
         self._outcome_ready.set()
 
     def _finished(self, outcome: Outcome) -> None:
@@ -460,17 +464,28 @@ class LocalWorker:
         self._outcome_ready.set()
 
     def _record_loop(self) -> None:
+        wait: float | None = None
         while True:
-            self._outcome_ready.wait()
+            self._outcome_ready.wait(wait)
             self._outcome_ready.clear()
             stopping = self._stop_recording.is_set()
-            # The outcomes first, then the starts: a body's start is reported before its
-            # outcome, so every run of this batch has its started_at written before its end
-            # (an ended run's started_at is never written afterwards).
             with self._lock:
                 batch = list(self._outcomes)
-            self._record_starts()
-            if batch and not self._record(batch):
+                starts = list(self._starts)
+            # A body's start goes with its outcome when both are here: one statement. The
+            # start of a body still running is recorded on its own once it has run a while
+            # (and before its outcome, so an ended run's started_at is never written
+            # afterwards); all of them at stop.
+            ended = {run.claim for run, _ in batch}
+            began = {claim: at for claim, at, _ in starts if claim in ended}
+            now = time.monotonic()
+            running = [s for s in starts if s[0] not in ended]
+            self._record_starts(
+                [s for s in running if stopping or now - s[2] >= _START_ALONE_AFTER_SECONDS]
+            )
+            later = [s[2] for s in running if now - s[2] < _START_ALONE_AFTER_SECONDS]
+            wait = None if stopping or not later else min(later) + _START_ALONE_AFTER_SECONDS - now
+            if batch and not self._record(batch, began):
                 if stopping:
                     log.warning("event=run_outcomes_unrecorded_at_stop runs=%d", len(batch))
                     return
@@ -482,15 +497,13 @@ class LocalWorker:
             if stopping:
                 return
 
-    def _record_starts(self) -> None:
-        """``started_at`` of the bodies that began, in one transaction; kept while the
+    def _record_starts(self, starts: list[tuple[RunClaim, datetime, float]]) -> None:
+        """``started_at`` of bodies still running, in one transaction; kept while the
         store is down (a lost one only leaves ``started_at`` empty)."""
-        with self._lock:
-            starts = list(self._starts)
         if not starts:
             return
         try:
-            execution.mark_started(self._services, starts)
+            execution.mark_started(self._services, [(claim, at) for claim, at, _ in starts])
         except Unavailable as exc:
             log.warning("event=run_starts_unrecorded runs=%d error=%s", len(starts), exc)
             return
@@ -500,10 +513,13 @@ class LocalWorker:
         with self._lock:
             self._starts = [s for s in self._starts if id(s) not in recorded]
 
-    def _record(self, batch: list[tuple[ClaimedRun, Outcome]]) -> bool:
+    def _record(
+        self, batch: list[tuple[ClaimedRun, Outcome]], began: dict[RunClaim, datetime]
+    ) -> bool:
         """Record a batch in one transaction; False (all kept) when the store is down."""
         finished = [
-            execution.Finished(run, RunState(o.state), o.result, o.error) for run, o in batch
+            execution.Finished(run, RunState(o.state), o.result, o.error, began.get(run.claim))
+            for run, o in batch
         ]
         try:
             recorded = execution.finish_runs(self._services, self.id, finished)
@@ -512,7 +528,7 @@ class LocalWorker:
             return False
         except Exception:
             if len(batch) > 1:  # find the outcome the store refuses; record the others
-                return all([self._record([item]) for item in batch])
+                return all([self._record([item], began) for item in batch])
             return self._record_refused(batch[0], finished[0])
         self._forget(batch)
         for (run, outcome), was_recorded in zip(batch, recorded, strict=True):
@@ -558,6 +574,7 @@ class LocalWorker:
         self._recorded.set()
         with self._lock:
             self._outcomes = [item for item in self._outcomes if item[0].claim not in done]
+            self._starts = [s for s in self._starts if s[0] not in done]
             for claim in done:
                 current = self._running.get(claim.run_id)
                 if current is not None and current.claim == claim:

@@ -229,16 +229,18 @@ class Runs(Protocol):
         result: Any,
         error: dict[str, Any] | None,
         now: datetime,
+        started_at: datetime | None = None,
     ) -> bool:
-        """Record an attempt's outcome under the claim ``<worker_id>/<attempt>``; must
-        refuse (False) when the run was terminated or claimed again. Results and errors
-        are stored losslessly, NUL characters included (FT-3)."""
+        """Record an attempt's outcome under the claim ``<worker_id>/<attempt>`` (and
+        ``started_at`` when given); must refuse (False) when the run was terminated or
+        claimed again. Results and errors are stored losslessly, NUL included (FT-3)."""
 
     def finish_many(
         self, worker_id: str, outcomes: Sequence[AttemptOutcome], now: datetime
     ) -> set[str]:
         """``finish`` for many attempts in one statement; the run ids recorded (the others
-        had moved on). A worker records a batch of outcomes at once."""
+        had moved on). A worker records a batch of outcomes at once, with the start of
+        each body whose start it had not recorded yet."""
 
     def release_lost(self, now: datetime, max_attempts: int) -> tuple[int, int]:
         """Runs whose lease expired (by the store's clock): requeue as a new attempt

@@ -131,6 +131,8 @@ class Finished:
     state: RunState
     result: Any
     error: dict[str, Any] | None
+    started_at: datetime | None = None
+    """When the body began, if that is not recorded yet."""
 
 
 def finish_runs(services: Services, worker_id: str, finished: Sequence[Finished]) -> list[bool]:
@@ -142,7 +144,9 @@ def finish_runs(services: Services, worker_id: str, finished: Sequence[Finished]
         done = tx.runs.finish_many(
             worker_id,
             [
-                AttemptOutcome(f.run.id, f.run.attempt, f.state.value, f.result, f.error)
+                AttemptOutcome(
+                    f.run.id, f.run.attempt, f.state.value, f.result, f.error, f.started_at
+                )
                 for f in finished
             ],
             now,
@@ -204,6 +208,7 @@ def not_storable(finished: Finished, exc: Exception) -> Finished:
             "executed again: return (or raise with) data the store accepts",
             outcome=finished.state.value,
         ),
+        finished.started_at,
     )
 
 

@@ -45,9 +45,10 @@ _r = t.runs.c
 _ACTIVE = (RunState.PENDING.value, RunState.RUNNING.value)
 _FINISH_MANY = sa.text(
     "UPDATE runs SET state = batch.state, result = CAST(batch.result AS JSONB), "
-    "error = CAST(batch.error AS JSONB), ended_at = :now, lease_until = NULL "
-    "FROM unnest(:ids, :tokens, :states, :results, :errors) "
-    "AS batch(id, claim_token, state, result, error) "
+    "error = CAST(batch.error AS JSONB), ended_at = :now, lease_until = NULL, "
+    "started_at = COALESCE(batch.started_at, runs.started_at) "
+    "FROM unnest(:ids, :tokens, :states, :results, :errors, :started) "
+    "AS batch(id, claim_token, state, result, error, started_at) "
     "WHERE runs.id = batch.id AND runs.claim_token = batch.claim_token "
     "AND runs.state = 'running' RETURNING runs.id"
 ).bindparams(
@@ -56,6 +57,7 @@ _FINISH_MANY = sa.text(
     sa.bindparam("states", type_=postgresql.ARRAY(sa.Text())),
     sa.bindparam("results", type_=postgresql.ARRAY(sa.Text())),
     sa.bindparam("errors", type_=postgresql.ARRAY(sa.Text())),
+    sa.bindparam("started", type_=postgresql.ARRAY(sa.DateTime(timezone=True))),
     sa.bindparam("now", type_=t.runs.c.ended_at.type),
 )
 """PostgreSQL only: the outcomes of a batch, one array per column."""
@@ -334,9 +336,11 @@ class SqlRuns:
         result: Any,
         error: dict[str, Any] | None,
         now: datetime,
+        started_at: datetime | None = None,
     ) -> bool:
-        """Record the outcome of this attempt; False if the run moved on (terminated, lost,
-        claimed again)."""
+        """Record the outcome of this attempt (and when its body began, if given); False if
+        the run moved on (terminated, lost, claimed again)."""
+        began = {} if started_at is None else {"started_at": started_at}
         outcome = self._conn.execute(
             sa.update(t.runs)
             .where(
@@ -344,7 +348,14 @@ class SqlRuns:
                 _r.claim_token == claim_token(worker_id, attempt),
                 _r.state == RunState.RUNNING.value,
             )
-            .values(state=state.value, result=result, error=error, ended_at=now, lease_until=None)
+            .values(
+                state=state.value,
+                result=result,
+                error=error,
+                ended_at=now,
+                lease_until=None,
+                **began,
+            )
         )
         return outcome.rowcount == 1
 
@@ -361,7 +372,14 @@ class SqlRuns:
                 o.run_id
                 for o in outcomes
                 if self.finish(
-                    o.run_id, worker_id, o.attempt, RunState(o.state), o.result, o.error, now
+                    o.run_id,
+                    worker_id,
+                    o.attempt,
+                    RunState(o.state),
+                    o.result,
+                    o.error,
+                    now,
+                    o.started_at,
                 )
             }
         dialect = self._conn.dialect
@@ -380,6 +398,7 @@ class SqlRuns:
                 "states": [o.state for o in outcomes],
                 "results": [stored(o.result) for o in outcomes],
                 "errors": [stored(o.error) for o in outcomes],
+                "started": [o.started_at for o in outcomes],
                 "now": now,
             },
         )
