@@ -19,11 +19,12 @@
 from __future__ import annotations
 
 import argparse
+import contextlib
 import re
 import statistics
 import tempfile
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -207,6 +208,49 @@ def report_explains(
     return rows
 
 
+@contextlib.contextmanager
+def made_due(target: Target, due: int) -> Iterator[None]:
+    """The ``due`` earliest starts made due for the block, then put back in the future."""
+    with psycopg.connect(psycopg_url(target.url), autocommit=True) as conn:
+        conn.execute(
+            "UPDATE starts SET due_at = now() - interval '1 minute' "
+            "WHERE seq IN (SELECT seq FROM starts ORDER BY due_at LIMIT %s)",
+            (due,),
+        )
+    yield
+    with psycopg.connect(psycopg_url(target.url), autocommit=True) as conn:
+        conn.execute("UPDATE starts SET due_at = start_at WHERE due_at < now()")
+
+
+@dataclass
+class ClaimTimes:
+    """The claim of one page, per measured repeat (rolled back each time)."""
+
+    explain_ms: list[float]
+    plain_ms: list[float]
+
+
+def claim_page(rows: int, due: int, repeats: int) -> ClaimTimes:
+    """The runner's claim with ``due`` starts due among ``rows`` pending, on a fresh
+    database and without the runner's RSS phase: the scale target compares this figure
+    across sizes (``bench.targets``)."""
+    with fresh_target("postgres", "claim") as target:
+        system = build_system(target)
+        try:
+            page_size = system.settings.runner.page_size
+            insert_rows(target, system.services.codec, rows)
+            with made_due(target, due):
+                statement = next(
+                    s
+                    for s in claim_statement(system, page_size)
+                    if s.label.endswith("UPDATE starts")
+                )
+                times, plain, _plan = explain(target, statement, repeats)
+        finally:
+            system.close()
+    return ClaimTimes(times, plain)
+
+
 def rss_run(target: Target, seconds: int, log_dir: Path) -> None:
     runner = spawn("runner", serve_argv(target, "runner"), target, log_dir)
     samples: list[tuple[float, float]] = []
@@ -237,13 +281,18 @@ def rss_run(target: Target, seconds: int, log_dir: Path) -> None:
     )
 
 
-def main() -> None:
+def build_parser() -> argparse.ArgumentParser:
+    """The command line, also used by ``bench.targets`` so its rows keep these defaults."""
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--rows", type=int, default=1_000_000)
     parser.add_argument("--due", type=int, default=500, help="Starts made due for the 2nd case.")
     parser.add_argument("--repeats", type=int, default=3, help="Measured EXPLAIN runs.")
     parser.add_argument("--seconds", type=int, default=60, help="Runner RSS sampling time.")
-    args = parser.parse_args()
+    return parser
+
+
+def main() -> None:
+    args = build_parser().parse_args()
 
     print_machine("claim_scale: the claim query over a big pending table (PostgreSQL)")
     with (
@@ -262,21 +311,14 @@ def main() -> None:
                 "nothing due",
                 {"claim_due: WITH .. UPDATE starts"},
             )
-            with psycopg.connect(psycopg_url(target.url), autocommit=True) as conn:
-                conn.execute(
-                    "UPDATE starts SET due_at = now() - interval '1 minute' "
-                    "WHERE seq IN (SELECT seq FROM starts ORDER BY due_at LIMIT %s)",
-                    (args.due,),
+            with made_due(target, args.due):
+                rows += report_explains(
+                    target,
+                    claim_statement(system, page_size),
+                    args.repeats,
+                    f"{args.due} due",
+                    {"claim_due: WITH .. UPDATE starts"},
                 )
-            rows += report_explains(
-                target,
-                claim_statement(system, page_size),
-                args.repeats,
-                f"{args.due} due",
-                {"claim_due: WITH .. UPDATE starts"},
-            )
-            with psycopg.connect(psycopg_url(target.url), autocommit=True) as conn:
-                conn.execute("UPDATE starts SET due_at = start_at WHERE due_at < now()")
             print(
                 f"\nexecution time, ms: median of {args.repeats} [min-max] (rolled back), "
                 f"{args.rows:,} pending starts, page size {page_size}"

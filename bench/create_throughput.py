@@ -32,7 +32,7 @@ import signal
 import subprocess
 import tempfile
 from collections import Counter
-from collections.abc import Callable, Iterator
+from collections.abc import Callable, Iterable, Iterator
 from contextlib import AbstractContextManager
 from dataclasses import dataclass
 from functools import partial
@@ -256,6 +256,17 @@ def variants_of(backend: str, args: argparse.Namespace) -> list[Variant]:
     return found
 
 
+def floor_of(v: Variant, variants: Iterable[Variant]) -> Variant | None:
+    """The ``/healthz`` variant a rate is stated against: same processes, and for single
+    creates the same clients too (a batch's clients differ from the floor's)."""
+    for w in variants:
+        if w.route != "healthz" or w.processes != v.processes:
+            continue
+        if v.route == "batch" or w == Variant(v.backend, "healthz", v.clients, v.processes):
+            return w
+    return None
+
+
 def ratios(deployments: list[Deployment]) -> list[str]:
     """The targets' ratios, of medians measured in the same invocation."""
     median = {d.variant: Spread.of([r.rate for r in d.results]).median for d in deployments}
@@ -263,16 +274,8 @@ def ratios(deployments: list[Deployment]) -> list[str]:
     for v, rate in median.items():
         if v.route == "healthz":
             continue
-        floor = median.get(Variant(v.backend, "healthz", v.clients, v.processes))
-        if v.route == "batch":
-            floor = next(
-                (
-                    r
-                    for w, r in median.items()
-                    if w.route == "healthz" and w.processes == v.processes
-                ),
-                None,
-            )
+        floor_variant = floor_of(v, median)
+        floor = median[floor_variant] if floor_variant is not None else None
         if floor and not v.preload:
             lines.append(f"{v.label}: {rate:,.0f}/s = {rate / floor:.2f} x the /healthz floor")
         if v.preload:
@@ -548,7 +551,8 @@ HEADERS = [
 ]
 
 
-def main() -> None:
+def build_parser() -> argparse.ArgumentParser:
+    """The command line, also used by ``bench.targets`` so its rows keep these defaults."""
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--backends", default="sqlite,postgres", help="sqlite,postgres")
     parser.add_argument("--clients", default="1,16", help="Concurrent clients, e.g. 1,16.")
@@ -593,7 +597,24 @@ def main() -> None:
     parser.add_argument("--timer", choices=["cpu", "wall"], default="cpu", help="cProfile timer.")
     parser.add_argument("--top", type=int, default=25, help="Functions listed by the profile.")
     parser.add_argument("--save-profile", default=None, help="Keep the profile file here.")
-    args = parser.parse_args()
+    return parser
+
+
+def measure_backend(backend: str, args: argparse.Namespace, log_dir: Path) -> list[Deployment]:
+    """Every variant of ``backend`` deployed at once and measured in turn, ``--runs``
+    rounds (each run printed as it ends); the deployments with their results, torn down."""
+    with contextlib.ExitStack() as stack:
+        deployments = [
+            stack.enter_context(deployed(v, log_dir)) for v in variants_of(backend, args)
+        ]
+        for run in range(1, args.runs + 1):
+            for deployment in deployments:  # alternating: the same noise for all
+                deployment.results.append(run_once(deployment, run, args))
+    return deployments
+
+
+def main() -> None:
+    args = build_parser().parse_args()
 
     print_machine("create_throughput: creates/s through POST /scheduled-starts (single, batch)")
     print("   server: `punctual serve --components api`, 1 process = 1 uvicorn worker")
@@ -603,14 +624,7 @@ def main() -> None:
             rows = []
             notes = []
             for backend in parse_list(args.backends):
-                with contextlib.ExitStack() as stack:
-                    deployments = [
-                        stack.enter_context(deployed(v, log_dir))
-                        for v in variants_of(backend, args)
-                    ]
-                    for run in range(1, args.runs + 1):
-                        for deployment in deployments:  # alternating: the same noise for all
-                            deployment.results.append(run_once(deployment, run, args))
+                deployments = measure_backend(backend, args, log_dir)
                 rows += [row_of(d.variant.label, d.variant.clients, d.results) for d in deployments]
                 notes += ratios(deployments)
             print(

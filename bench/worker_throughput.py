@@ -11,6 +11,9 @@ until every one of them has ended. Reported per run:
   (the backends of the benchmark's database) and everything else's ("others'"), in % of
   one core.
 
+``--topology single`` runs the worker inside one ``punctual serve`` (API, runner and
+worker in one process, what a user starts) instead of a ``punctual worker`` of its own.
+
 ``--compare SRC`` measures a second punctual source side by side (for example an export
 of the previous commit, ``python -m bench export HEAD~3``): the worker processes of the
 two variants alternate run by run, each against its own fresh database, and the ratio of
@@ -18,6 +21,7 @@ the medians is printed.
 
     .venv/bin/python -m bench.worker_throughput
     .venv/bin/python -m bench.worker_throughput --compare /tmp/punctual-bench-src-abc1234/src
+    .venv/bin/python -m bench.worker_throughput --topology single
 """
 
 from __future__ import annotations
@@ -45,10 +49,12 @@ from bench.common import (
     Target,
     build_system,
     database_of,
+    free_port,
     fresh_target,
     measured_source,
     print_machine,
     print_table,
+    serve_argv,
     spawn,
     wait_until,
     workflow_loaded,
@@ -75,19 +81,28 @@ class Variant:
 
 @contextlib.contextmanager
 def worker_system(
-    variant: Variant, log_dir: Path, slots: int | None
+    variant: Variant, log_dir: Path, slots: int | None, topology: str = "split"
 ) -> Iterator[tuple[Target, Any, Proc]]:
-    """A fresh database, an in-process system to insert runs, and one worker process."""
+    """A fresh database, an in-process system to insert runs, and the process whose
+    worker executes them: ``punctual worker`` (split) or ``punctual serve`` (single)."""
     with fresh_target("postgres", "worker_tp") as target:
         system = build_system(target)
         env: dict[str, str] = {}
         if variant.pythonpath is not None:
             paths = [variant.pythonpath, *target.env()["PYTHONPATH"].split(os.pathsep)]
             env["PYTHONPATH"] = os.pathsep.join(p for p in paths if p)
-        argv = [str(PUNCTUAL), "worker", "--app", DEMO_APP, "--database-url", target.url]
-        if slots is not None:
-            argv += ["--slots", str(slots)]
-        proc = spawn(f"worker-{variant.name}", argv, target, log_dir, **env)
+        if topology == "split":
+            argv = [str(PUNCTUAL), "worker", "--app", DEMO_APP, "--database-url", target.url]
+            if slots is not None:
+                argv += ["--slots", str(slots)]
+        elif topology == "single":
+            argv = [*serve_argv(target, "api,runner,worker", free_port()), "--app", DEMO_APP]
+            if slots is not None:
+                env["PUNCTUAL_WORKER__SLOTS"] = str(slots)
+        else:
+            raise ValueError(f"unknown topology {topology!r} (single or split)")
+        name = "worker" if topology == "split" else "serve"
+        proc = spawn(f"{name}-{variant.name}", argv, target, log_dir, **env)
         try:
             wait_until(
                 "the worker's definitions", lambda: workflow_loaded(system), 120, procs=[proc]
@@ -179,7 +194,8 @@ def one_run(target: Target, system: Any, proc: Proc, count: int, tag: str) -> Me
     )
 
 
-def main() -> None:
+def build_parser() -> argparse.ArgumentParser:
+    """The command line, also used by ``bench.targets`` so its rows keep these defaults."""
     parser = argparse.ArgumentParser(description=__doc__.split("\n", 1)[0])
     parser.add_argument("--runs", type=int, default=10_000, help="runs per measured round")
     parser.add_argument("--repeat", type=int, default=3, help="measured rounds per variant")
@@ -188,21 +204,32 @@ def main() -> None:
     parser.add_argument(
         "--compare", default=None, help="another punctual src directory to measure alongside"
     )
-    args = parser.parse_args()
-    print_machine("worker throughput: trivial runs (demo echo) per second, one worker process")
-    print(
-        f"   {args.runs} runs per round, {args.repeat} rounds per variant, slots: "
-        f"{args.slots or 'default'}"
+    parser.add_argument(
+        "--topology",
+        choices=["split", "single"],
+        default="split",
+        help="split: one `punctual worker` process (default); single: the worker inside one "
+        "`punctual serve` (api, runner and worker in one process, what a user starts)",
     )
+    return parser
+
+
+def variants_of(args: argparse.Namespace) -> list[Variant]:
     variants = [Variant("measured", None)]
     if args.compare:
         variants.insert(0, Variant("compare", args.compare))
-        print(f"   compare = the punctual in {args.compare}; measured = {measured_source()}")
+    return variants
+
+
+def measure(args: argparse.Namespace) -> dict[str, list[Measured]]:
+    """The variants' rounds, alternating (each printed as it ends), by variant name."""
+    variants = variants_of(args)
     results: dict[str, list[Measured]] = {v.name: [] for v in variants}
     with contextlib.ExitStack() as stack:
         logs = Path(stack.enter_context(tempfile.TemporaryDirectory(prefix="punctual-bench-")))
         systems = {
-            v.name: stack.enter_context(worker_system(v, logs, args.slots)) for v in variants
+            v.name: stack.enter_context(worker_system(v, logs, args.slots, args.topology))
+            for v in variants
         }
         for name, (target, system, proc) in systems.items():
             if args.warmup:
@@ -220,6 +247,22 @@ def main() -> None:
                     f"{m.others_cpu:.0f} %, not completed {m.not_completed}",
                     flush=True,
                 )
+    return results
+
+
+def main() -> None:
+    args = build_parser().parse_args()
+    print_machine("worker throughput: trivial runs (demo echo) per second, one worker process")
+    print(
+        f"   {args.runs} runs per round, {args.repeat} rounds per variant, slots: "
+        f"{args.slots or 'default'}"
+    )
+    if args.topology == "single":
+        print("   the worker runs inside one `punctual serve --components api,runner,worker`")
+    variants = variants_of(args)
+    if args.compare:
+        print(f"   compare = the punctual in {args.compare}; measured = {measured_source()}")
+    results = measure(args)
     rows = []
     for v in variants:
         ms = results[v.name]

@@ -201,7 +201,8 @@ def describe(system: str, scenario: str, run: int, burst: Burst) -> str:
     )
 
 
-def main() -> None:
+def build_parser() -> argparse.ArgumentParser:
+    """The command line, also used by ``bench.targets`` so its rows keep these defaults."""
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--scenarios", default="burst500,burst2000")
     parser.add_argument("--runs", type=int, default=3, help="Alternating rounds.")
@@ -211,10 +212,12 @@ def main() -> None:
     parser.add_argument("--peer-batch-size", type=int, default=10, help="pgqueuer's default.")
     parser.add_argument("--pgqueuer-spec", default="pgqueuer[asyncpg]")
     parser.add_argument("--venv", type=Path, default=default_venv())
-    args = parser.parse_args()
+    return parser
 
-    print_machine("peers.pgqueuer_burst: body start after due, punctual vs pgqueuer")
-    python = ensure_peer_venv(args.venv, args.pgqueuer_spec)
+
+def measure(args: argparse.Namespace, python: Path) -> dict[tuple[str, str], list[Burst]]:
+    """The alternating rounds, each burst printed as it ends; the bursts by
+    (scenario, "punctual" or "pgqueuer"), in round order."""
     scenarios = parse_list(args.scenarios)
     results: dict[tuple[str, str], list[Burst]] = {}
     with (
@@ -257,19 +260,47 @@ def main() -> None:
             system.close()
             for proc in [*procs, consumer]:
                 proc.stop()
+    return results
+
+
+@dataclass
+class Figures:
+    """One scenario's figure per round (s) for each system, and the per-round ratios."""
+
+    punctual: list[float]
+    pgqueuer: list[float]
+    ratios: list[float]
+    others_cpu: list[float]
+
+
+def figures(results: dict[tuple[str, str], list[Burst]], scenario: str) -> Figures:
+    """Ratios within a round, where both systems shared the machine's noise."""
+    ours = [b.figure(scenario) for b in results[(scenario, "punctual")]]
+    peer = [b.figure(scenario) for b in results[(scenario, "pgqueuer")]]
+    return Figures(
+        punctual=ours,
+        pgqueuer=peer,
+        ratios=[a / b for a, b in zip(ours, peer, strict=True) if b > 0],
+        others_cpu=[b.cpu_others for key, v in results.items() if key[0] == scenario for b in v],
+    )
+
+
+def main() -> None:
+    args = build_parser().parse_args()
+
+    print_machine("peers.pgqueuer_burst: body start after due, punctual vs pgqueuer")
+    python = ensure_peer_venv(args.venv, args.pgqueuer_spec)
+    results = measure(args, python)
     rows = []
-    for scenario in scenarios:
-        ours = [b.figure(scenario) for b in results[(scenario, "punctual")]]
-        peer = [b.figure(scenario) for b in results[(scenario, "pgqueuer")]]
-        ratios = [a / b for a, b in zip(ours, peer, strict=True) if b > 0]
-        others = [b.cpu_others for key, v in results.items() if key[0] == scenario for b in v]
+    for scenario in parse_list(args.scenarios):
+        found = figures(results, scenario)
         rows.append(
             [
                 f"{scenario}: {FIGURES[scenario]}",
-                Spread.of(peer).fmt(3),
-                Spread.of(ours).fmt(3),
-                Spread.of(ratios).fmt(2),
-                f"{statistics.median(others):.0f}",
+                Spread.of(found.pgqueuer).fmt(3),
+                Spread.of(found.punctual).fmt(3),
+                Spread.of(found.ratios).fmt(2),
+                f"{statistics.median(found.others_cpu):.0f}",
             ]
         )
     print(f"\nmedian of {args.runs} alternating rounds [min-max]; topology {args.topology}")
