@@ -197,6 +197,10 @@ class LocalWorker:
     def _loop(self) -> None:
         next_heartbeat = 0.0
         next_flags = 0.0
+        # The last claim got fewer runs than it asked for: while runs wait in the ready
+        # queue, the next claim waits for the doorbell (new runs, or a recording that
+        # freed room) or the next flag check.
+        drained = False
         while not self._stop.is_set():
             try:
                 now = time.monotonic()
@@ -204,11 +208,18 @@ class LocalWorker:
                     self._heartbeat()
                     next_heartbeat = now + self._options.heartbeat_seconds
                     next_flags = now + _FLAG_CHECK_SECONDS
+                    drained = False
                 elif now >= next_flags and self._running_ids():
                     self._apply_flags(execution.run_flags(self._services, self._running_ids()))
                     next_flags = now + _FLAG_CHECK_SECONDS
+                    drained = False
                 self._give_back_returned()
                 self._feed()
+                if drained and self._ready and not self._doorbell.wait(0):
+                    # Runs to feed and nothing announced: feed them as slots drain, without
+                    # asking the store again for runs it just said it does not have.
+                    self._pool.wait_for_capacity(1, _FLAG_CHECK_SECONDS / 10)
+                    continue
                 wanted, claimed = self._claim()
             except Unavailable as exc:
                 log.warning("event=worker_store_unavailable worker=%s error=%s", self.id, exc)
@@ -216,13 +227,14 @@ class LocalWorker:
             except Exception:
                 log.exception("event=worker_loop_error worker=%s", self.id)
                 wanted, claimed = 1, 0
+            drained = 0 <= claimed < wanted
             if claimed < 0:
                 self._recorded.wait(_FLAG_CHECK_SECONDS)  # until the recorder catches up
-            elif claimed < wanted and not self._ready:
+            elif drained and not self._ready:
                 # Nothing (more) to claim now, or it failed: until runs arrive (the
                 # doorbell) or the next flag check.
                 wait = _FLAG_CHECK_SECONDS if self._running_ids() else _IDLE_POLL_SECONDS
-                self._doorbell.wait(wait)
+                drained = not self._doorbell.wait(wait)
             elif not self._pool.wait_for_capacity(
                 1 if self._ready else self._claim_batch, _FLAG_CHECK_SECONDS
             ):
@@ -255,8 +267,9 @@ class LocalWorker:
     def _claim(self) -> tuple[int, int]:
         """Claim, in one statement, as many runs as the slots have room for and what they
         finished in the last ``_READY_HORIZON_SECONDS`` (those wait in the ready queue);
-        returns (asked for, claimed). Asks for nothing while that is less than a batch and
-        every slot still has work; claimed is -1 while too many outcomes await recording."""
+        returns (asked for, claimed). Asks for nothing while the room is less than a batch
+        and every slot still has work; claimed is -1 while too many outcomes await
+        recording."""
         room = self._pool.free_capacity()
         self._recorded.clear()  # before counting: a recording from now on ends the wait
         with self._lock:
@@ -266,7 +279,9 @@ class LocalWorker:
         if unheld < self._claim_batch:
             return 0, -1
         wanted = min(unheld, room + self._recent_finishes() - len(self._ready))
-        if wanted <= 0 or (wanted < self._claim_batch and self._pool.free_slots() == 0):
+        if wanted <= 0 or (room < self._claim_batch and self._pool.free_slots() == 0):
+            # Claims come as often as without the ready queue (room for a batch, or an
+            # idle slot), only larger: more of them would cost the store, not the slots.
             return 0, 0
         began = time.monotonic()
         work = execution.claim_runs(
