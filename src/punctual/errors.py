@@ -216,6 +216,12 @@ REGISTRY: tuple[ErrorCode, ...] = (
     ErrorCode("invalid_schedule_spec", InvalidRequest, "the schedule's spec cannot be accepted"),
     ErrorCode("invalid_cron", InvalidRequest, "outside the supported cron grammar"),
     ErrorCode("interval_too_short", InvalidRequest, "interval_ms below the minimum"),
+    ErrorCode(
+        "unknown_holiday_region",
+        InvalidRequest,
+        "a calendar names a country or subdivision the holidays package does not know",
+    ),
+    ErrorCode("calendar_never_open", InvalidRequest, "the calendar leaves a year with no open day"),
     ErrorCode("end_at_in_past", InvalidRequest, "end_at is not in the future"),
     ErrorCode("jitter_too_large", InvalidRequest, "jitter_ms exceeds details.max_jitter_ms"),
     ErrorCode("backfill_range_invalid", InvalidRequest, "the backfill's range is reversed"),

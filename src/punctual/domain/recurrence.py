@@ -66,6 +66,7 @@ __all__ = [
     "iter_timeline",
     "load_zone",
     "next_fires",
+    "resolve_wall_time",
     "skipped_by_dst",
     "tzdata_version",
     "utc_instant",
@@ -466,10 +467,14 @@ def _gap_end(
     return datetime.fromtimestamp(high, UTC)
 
 
-def _resolve(
-    naive: datetime, zone: ZoneInfo, spec: CronSpec, fixed_time: bool
+def resolve_wall_time(
+    naive: datetime,
+    zone: ZoneInfo,
+    fixed_time: bool,
+    dst_gap: DstGap = DstGap.SHIFT_TO_GAP_END,
+    dst_overlap: DstOverlap = DstOverlap.FIRST,
 ) -> list[Fire | DstSkip]:
-    """The fires (and reported skips) for one matching local wall time."""
+    """The fires (and reported skips) for one matching local wall time, by the DST policy."""
     first = naive.replace(tzinfo=zone)
     second = naive.replace(tzinfo=zone, fold=1)
     first_offset = utc_offset(first)
@@ -484,12 +489,12 @@ def _resolve(
             second,
             DstAdjustment.OVERLAP_SECOND,
         )
-        if not fixed_time or spec.dst_overlap is DstOverlap.BOTH:
+        if not fixed_time or dst_overlap is DstOverlap.BOTH:
             return [early, late]
-        return [early] if spec.dst_overlap is DstOverlap.FIRST else [late]
+        return [early] if dst_overlap is DstOverlap.FIRST else [late]
     # Wall time in a gap: zoneinfo reads it with the old offset for fold=0.
     end = _gap_end(naive, zone, first_offset, second_offset)
-    if not fixed_time or spec.dst_gap is DstGap.SKIP:
+    if not fixed_time or dst_gap is DstGap.SKIP:
         return [DstSkip(end, naive)]
     return [Fire(end, naive, end.astimezone(zone), DstAdjustment.GAP_SHIFTED)]
 
@@ -539,7 +544,9 @@ def _cron_timeline(spec: CronSpec, after: datetime) -> Iterator[Fire | DstSkip]:
 
     while True:
         try:
-            items = _resolve(next(candidates), zone, spec, compiled.fixed_time)
+            items = resolve_wall_time(
+                next(candidates), zone, compiled.fixed_time, spec.dst_gap, spec.dst_overlap
+            )
         except (StopIteration, OverflowError):  # no match for 50 years, or end of calendar
             break
         yield from settled(min(item.at for item in items))
