@@ -546,14 +546,16 @@ class LocalWorker:
                 return all([self._record([item], began) for item in batch])
             return self._record_refused(batch[0], finished[0])
         self._forget(batch)
+        # A recorded outcome is logged once, as its event (``run.<state>``); one the store
+        # did not take (the run was terminated or claimed again meanwhile) is said here.
         for (run, outcome), was_recorded in zip(batch, recorded, strict=True):
-            log.info(
-                "event=run_%s run=%s attempt=%d recorded=%s",
-                outcome.state,
-                run.id,
-                run.attempt,
-                was_recorded,
-            )
+            if not was_recorded:
+                log.info(
+                    "event=run_outcome_not_recorded run=%s attempt=%d state=%s",
+                    run.id,
+                    run.attempt,
+                    outcome.state,
+                )
         self._doorbell.ring()
         return True
 
