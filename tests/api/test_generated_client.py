@@ -15,6 +15,7 @@ from types import ModuleType
 from typing import Any
 from zoneinfo import ZoneInfo
 
+import holidays
 import httpx
 import pytest
 from openapi_python_client import generate
@@ -151,6 +152,7 @@ def test_a_generated_client_reads_pages_and_health(
         assert isinstance(page, models.StartPage) and page.items == []
         report = tenant_health.sync(TENANT, client=client)
         assert isinstance(report, models.Health) and report.status.value == "ok"
+        assert report.holidays_version == holidays.__version__
     with package.AuthenticatedClient(base_url=url, token="not-a-token", timeout=TIMEOUT) as client:
         refused = list_starts.sync(TENANT, client=client)
         assert isinstance(refused, models.Error) and refused.error.code == "unauthenticated"

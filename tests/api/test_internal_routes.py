@@ -17,6 +17,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
+import holidays
 import httpx
 import pytest
 import sqlalchemy as sa
@@ -296,6 +297,7 @@ def test_host_health_shows_every_tenant_the_workers_the_engine_and_orphans(
     assert [w.id for w in parsed.workers] == ["wrk_live_support"]
     assert [(o.tenant, o.subject_id) for o in parsed.orphans] == [(TENANT, "sch_1")]
     assert parsed.tzdata_version
+    assert parsed.holidays_version == holidays.__version__
 
 
 def test_host_health_is_ok_when_every_tenant_is(world: World) -> None:

@@ -13,6 +13,7 @@ from datetime import UTC, datetime, timedelta
 from pathlib import Path
 from typing import Any
 
+import holidays
 import httpx
 import pytest
 import sqlalchemy as sa
@@ -264,6 +265,7 @@ def test_tenant_members_tokens_and_health(server: Server) -> None:
             )
         report = client.health()
         assert report.status == "degraded" and report.workers
+        assert report.holidays_version == holidays.__version__
         [finding] = report.findings
         acknowledged = client.acknowledge_finding(finding.id)
         assert acknowledged.acknowledged is True and acknowledged.acknowledged_by == "admin"

@@ -380,9 +380,8 @@ def test_definitions_list_on_the_served_database_and_health_over_http(
     assert all(item["loaded"] for item in items if item["name"] in DEMO_WORKFLOWS)
 
     report = json.loads(health.stdout)
-    assert {"status", "findings", "starts", "schedules", "engine", "workers", "tzdata_version"} <= (
-        set(report)
-    )
+    shown = {"status", "findings", "starts", "schedules", "engine", "workers", "tzdata_version"}
+    assert shown | {"holidays_version"} <= set(report)
     assert report["status"] == "ok", report
     assert health.returncode == 0, health.stderr
     assert report["engine"]["available"] is True

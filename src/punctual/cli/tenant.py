@@ -312,6 +312,7 @@ def health_lines(report: Health) -> list[str]:
         f"engine available: {'yes' if report.engine.available else 'no'} ({report.engine.name})",
         f"live workers: {len(report.workers)}",
         f"tzdata: {report.tzdata_version}",
+        f"holidays: {report.holidays_version}",
     ]
     lines += [
         f"schedule {s.id} {s.name}: {s.failed_count} failed, {s.skipped_count} skipped, "

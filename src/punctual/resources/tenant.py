@@ -124,6 +124,8 @@ class Health(Resource):
     engine: EngineHealth
     workers: list[WorkerHealth]
     tzdata_version: str
+    holidays_version: str
+    """The ``holidays`` package whose data decides business calendars' closed days."""
 
 
 # --------------------------------------------------------------------------- probes

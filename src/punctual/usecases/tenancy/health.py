@@ -5,6 +5,7 @@ from __future__ import annotations
 from datetime import datetime, timedelta
 from typing import Any
 
+from punctual.domain.calendars import holidays_version
 from punctual.domain.permissions import Action, Principal, require
 from punctual.domain.recurrence import tzdata_version
 from punctual.domain.starts import StartState
@@ -91,6 +92,7 @@ def report(services: Services, principal: Principal) -> dict[str, Any]:
         "engine": {"name": services.engine.name, "available": engine_up},
         "workers": [worker_view(w) for w in workers],
         "tzdata_version": tzdata_version(),
+        "holidays_version": holidays_version(),
     }
 
 
@@ -163,6 +165,7 @@ def host_report(services: Services) -> dict[str, Any]:
         "workers": [worker_view(w) for w in workers],
         "orphans": orphans,
         "tzdata_version": tzdata_version(),
+        "holidays_version": holidays_version(),
     }
 
 

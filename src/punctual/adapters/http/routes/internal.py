@@ -122,6 +122,7 @@ class HostHealth(Resource):
     workers: list[WorkerHealth]
     orphans: list[Orphan]
     tzdata_version: str
+    holidays_version: str
 
 
 class ReconcileReport(Resource):
