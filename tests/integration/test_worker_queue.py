@@ -150,3 +150,24 @@ def test_a_run_ended_while_it_waits_to_be_handed_to_a_slot_never_begins(
     assert get_run(system, waiting[0]).state is RunState.TERMINATED
     assert lines(files[0]) == 0, "the run ended while it waited never began"
     worker.stop()
+
+
+def test_runs_of_a_slow_claim_still_run_once(
+    system: bootstrap.Punctual, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A claim that takes longer than a ready run may wait (a slow store): its runs are
+    handed to the slots that have room, not given back as stale the moment they arrive."""
+    runs = [insert_run(system, "echo", {"message": f"m{i}"}) for i in range(10)]
+    real_claim = execution.claim_runs
+
+    def slow(*args: Any) -> list[execution.ClaimedWork]:
+        work = real_claim(*args)
+        time.sleep(0.6)
+        return work
+
+    monkeypatch.setattr(execution, "claim_runs", slow)
+    worker = start_worker(system)
+    for run_id in runs:
+        run = wait_finished(system, run_id, timeout=30)
+        assert (run.state, run.attempts) == (RunState.COMPLETED, 1), run
+    worker.stop()

@@ -169,11 +169,14 @@ class LocalWorker:
         self._doorbell.ring()
         if self._thread is not None:
             self._thread.join(timeout=grace_seconds + 5)
+        if self._thread is None or not self._thread.is_alive():
+            # The control loop is over: what it kept ready goes back now, before the slots'
+            # grace period (unrenewed meanwhile, its leases could run out and be charged).
+            with self._lock:
+                self._returned.extend(item.run for _, item in self._ready.values())
+            self._ready.clear()
+            self._give_back_returned()
         self._pool.close(grace_seconds)
-        # The control loop is over: what it kept ready goes back with what slots returned.
-        with self._lock:
-            self._returned.extend(item.run for _, item in self._ready.values())
-        self._ready.clear()
         self._give_back_returned()
         # The watchdog outlives the control loop: bodies finishing within the grace
         # period are no longer renewed, and must still stop before their leases end.
@@ -290,6 +293,7 @@ class LocalWorker:
         if work:
             self._services.crash_point("after_run_claim")
         renew_by = began + self._services.policy.lease_seconds - self._lease_margin
+        arrived = time.monotonic()  # a ready run's wait counts from here, not the claim's start
         for item in work:
             run = item.run
             stale = self._running.get(run.id)
@@ -301,7 +305,7 @@ class LocalWorker:
                 self._running[run.id] = run
                 self._renew_by[run.id] = renew_by
             self._ready.pop(run.id, None)
-            self._ready[run.id] = (began, item)
+            self._ready[run.id] = (arrived, item)
         self._feed()
         return wanted, len(work)
 
@@ -313,8 +317,9 @@ class LocalWorker:
             return len(self._finishes)
 
     def _feed(self) -> None:
-        """Hand ready runs to the slots while they have room, oldest first; give back those
-        that waited too long or whose lease renewal is overdue (uncharged)."""
+        """Hand ready runs to the slots while they have room, oldest first; give back
+        (uncharged) those whose lease renewal is overdue, and those that found no room for
+        ``_READY_WAIT_SECONDS``."""
         now = time.monotonic()
         stale: list[ClaimedRun] = []
         while self._ready:
@@ -327,14 +332,14 @@ class LocalWorker:
             if current is None or current.claim != run.claim:
                 del self._ready[run_id]  # fenced or ended meanwhile: it never begins
                 continue
-            if now - claimed_at > _READY_WAIT_SECONDS or renew_by <= now:
+            if renew_by > now and self._pool.free_capacity() > 0 and self._hand_over(item):
                 del self._ready[run_id]
-                self._drop(run.claim)
-                stale.append(run)
                 continue
-            if self._pool.free_capacity() <= 0 or not self._hand_over(item):
-                break
+            if renew_by > now and now - claimed_at <= _READY_WAIT_SECONDS:
+                break  # no room yet; the runs behind it waited less
             del self._ready[run_id]
+            self._drop(run.claim)
+            stale.append(run)
         if stale:
             self._give_back(stale)
 
