@@ -312,6 +312,14 @@ def test_a_sparse_spec_with_moves_still_ends_its_walk() -> None:
         ),
         (
             lambda: BusinessCalendar.of(
+                weekend=["mon", "tue", "wed", "thu", "fri", "sat", "sun"],
+                extra_workdays=[date(2026, 3, 2)],
+            ),
+            CalendarNeverOpen,
+            {"year": None},
+        ),
+        (
+            lambda: BusinessCalendar.of(
                 weekend=[],
                 extra_holidays=[date(2027, 1, 1) + timedelta(days=i) for i in range(365)],
             ),
@@ -352,6 +360,36 @@ def test_what_needs_a_calendar_or_a_fixed_time_says_so() -> None:
         with pytest.raises(InvalidCalendar) as refused:
             next_planned_fires([spec], moving, after, 1)
         assert refused.value.details == {"field": "calendar.on_closed_day"}
+
+
+def test_a_business_day_the_weekend_never_allows_is_refused_and_a_preview_ends() -> None:
+    after = datetime(2026, 1, 1, tzinfo=UTC)
+    short_weeks = BusinessCalendar.of(weekend=["fri", "sat", "sun"])
+    with pytest.raises(InvalidBusinessDay) as raised:
+        next_planned_fires([BusinessDaySpec(20, time(9))], short_weeks, after, 1)
+    assert raised.value.details == {"field": "business_day"}
+    # 19: only a 31-day month beginning on a Monday or a Tuesday has that many
+    # (Mon-Thu open); the 19th from the end is then its first open day.
+    fires = next_planned_fires([BusinessDaySpec(-19, time(9))], short_weeks, after, 2)
+    assert [f.at.date() for f in fires] == [date(2026, 12, 1), date(2027, 3, 1)]
+    # Every fire of this spec falls on the weekend: the preview ends, empty, at its horizon.
+    weekend_only = CronSpec("0 9 * * 6")
+    assert next_planned_fires([weekend_only], BusinessCalendar.of(), after, 5) == []
+
+
+def test_a_fire_moved_into_a_dst_gap_it_skips_is_reported() -> None:
+    """Saturday 28 March 2026 is closed; its 02:30 moves to Sunday 29 March, a day whose
+    02:30 does not exist in Berlin, and the spec skips gaps: the skip is in the timeline."""
+    zone = ZoneInfo("Europe/Berlin")
+    cal = BusinessCalendar.of(
+        weekend=[], extra_holidays=[date(2026, 3, 28)], on_closed_day="next_open_day"
+    )
+    spec = CronSpec("30 2 * * 6", "Europe/Berlin", dst_gap="skip")
+    after = datetime(2026, 3, 22, tzinfo=zone)
+    items = planned([spec], cal, after, datetime(2026, 4, 5, tzinfo=zone))
+    assert isinstance(items[0], PlannedSkip)
+    assert items[0].at == datetime(2026, 3, 29, 1, tzinfo=UTC)
+    assert [i.at.astimezone(zone).date() for i in items[1:]] == [date(2026, 4, 4)]
 
 
 def test_the_holidays_version_is_known() -> None:

@@ -56,6 +56,12 @@ __all__ = [
 MAX_BUSINESS_DAY = 23
 """No month has more business days than this (31 days less at least 4 weekend days)."""
 MAX_SPECS = 10
+_MAX_BARREN_MONTHS = 120
+"""A business-day walk that finds no fire for ten years ends: none will come."""
+_PREVIEW_HORIZON = timedelta(days=366 * 50)
+_PREVIEW_MAX_ITEMS = 100_000
+"""The preview looks this far ahead and at this many items at most: a spec whose every
+fire is skipped would otherwise be walked to the end of the calendar."""
 
 
 class InvalidBusinessDay(RecurrenceError):
@@ -170,7 +176,9 @@ def next_planned_fires(
     specs: Sequence[ScheduleSpec], calendar: BusinessCalendar | None, after: datetime, count: int
 ) -> list[PlannedFire]:
     """The first ``count`` fires strictly after ``after`` (the preview)."""
-    items = iter_schedule_timeline(specs, calendar, after)
+    end = utc_instant(after, "after") + _PREVIEW_HORIZON
+    walked = itertools.islice(iter_schedule_timeline(specs, calendar, after), _PREVIEW_MAX_ITEMS)
+    items = itertools.takewhile(lambda item: item.at <= end, walked)
     return list(itertools.islice((i for i in items if isinstance(i, PlannedFire)), count))
 
 
@@ -213,11 +221,24 @@ def _spec_timeline(
 def _business_days(
     spec: BusinessDaySpec, calendar: BusinessCalendar, after: datetime
 ) -> Iterator[Fire | DstSkip]:
+    most = max(
+        sum(1 for d in range(length) if (first + d) % 7 not in calendar.weekend)
+        for length in (28, 29, 30, 31)
+        for first in range(7)
+    )
+    if abs(spec.business_day) > most:
+        raise InvalidBusinessDay(
+            "business_day",
+            f"{spec.business_day} never occurs: with this weekend a month has at most {most} "
+            "business days",
+        )
     zone = load_zone(spec.time_zone)
     local = after.astimezone(zone)
     year, month = local.year, local.month
-    while year <= 9999:
+    barren = 0
+    while year <= 9999 and barren < _MAX_BARREN_MONTHS:
         day = calendar.business_day(year, month, spec.business_day)
+        barren = barren + 1 if day is None else 0
         if day is not None:
             naive = datetime.combine(day, spec.at)
             items = resolve_wall_time(naive, zone, True, spec.dst_gap, spec.dst_overlap)
@@ -289,8 +310,7 @@ def _window(
             continue
         naive = datetime.combine(target, item.nominal.time())
         for moved in resolve_wall_time(naive, zone, True, spec.dst_gap, spec.dst_overlap):
-            if isinstance(moved, Fire):
-                found.append((moved, item.at))
+            found.append((moved, item.at) if isinstance(moved, Fire) else moved)
     return found
 
 

@@ -19,6 +19,7 @@ Errors, each with a stable ``code`` the HTTP edge turns into a 422::
 
 from __future__ import annotations
 
+import calendar as month_calendar
 import enum
 import functools
 from collections.abc import Iterable, Mapping
@@ -47,6 +48,7 @@ WEEKDAYS = ("mon", "tue", "wed", "thu", "fri", "sat", "sun")
 MAX_REGIONS = 10
 MAX_EXTRA_DATES = 400
 """Per list of extra dates: a year of them and some to spare."""
+_UNKNOWN = object()
 _SEARCH_DAYS = 3 * 366
 """How far an open day is looked for; a valid calendar has one in every year."""
 
@@ -154,7 +156,8 @@ class BusinessCalendar:
             raise InvalidCalendar(
                 "extra_workdays", f"{min(both).isoformat()} is also an extra closed date"
             )
-        if len(self.weekend) == 7 and not self.extra_workdays:
+        if len(self.weekend) == 7:
+            # Extra open dates alone leave every later year without an open day.
             raise CalendarNeverOpen(None)
         for year in sorted({day.year for day in self.extra_holidays | self.extra_workdays}):
             if not any(self.is_open(day) for day in _days_of(year)):
@@ -195,8 +198,9 @@ class BusinessCalendar:
     def closed_because(self, day: date) -> str | None:
         """Why ``day`` is closed (a holiday's name, ``weekend``, ``extra closed date``),
         or None when it is open."""
-        if day in self._closed_cache:
-            return self._closed_cache[day]
+        cached = self._closed_cache.get(day, _UNKNOWN)
+        if cached is not _UNKNOWN:
+            return cached  # type: ignore[return-value]
         reason: str | None = None
         if day in self.extra_workdays:
             reason = None
@@ -233,9 +237,8 @@ class BusinessCalendar:
         (``n`` < 0); None when the month has fewer open dates."""
         if n == 0:
             raise ValueError("n counts from 1 (from the start) or -1 (from the end)")
-        first = date(year, month, 1)
-        following = date(year + month // 12, month % 12 + 1, 1)
-        days = [first + timedelta(days=i) for i in range((following - first).days)]
+        length = month_calendar.monthrange(year, month)[1]
+        days = [date(year, month, day) for day in range(1, length + 1)]
         open_days = [day for day in days if self.is_open(day)]
         index = n - 1 if n > 0 else n
         if abs(n) > len(open_days):
