@@ -115,8 +115,6 @@ class LocalWorker:
         self._ready: dict[str, tuple[float, execution.ClaimedWork]] = {}
         """Claimed runs not handed to a slot yet, by run id in claim order, with when they
         were claimed (monotonic); only the control thread touches it."""
-        self._finishes: deque[float] = deque()
-        """When recent bodies finished (monotonic, the last ``_READY_HORIZON_SECONDS``)."""
         self._pool = SlotPool(
             options.app_ref,
             options.slots,
@@ -125,6 +123,9 @@ class LocalWorker:
             queue_depth=options.queue_depth,
             on_returned=self._taken_back,
         )
+        self._finishes: deque[float] = deque(maxlen=_MAX_HELD_PER_CAPACITY * self._pool.capacity)
+        """When recent bodies finished (monotonic, the last ``_READY_HORIZON_SECONDS``); no
+        claim asks for more than the held limit, so no more are kept while claims pause."""
         self._claim_batch = max(1, self._pool.capacity // 4)
         """The least a claim asks for while every slot still has work: claims stay few
         and large under load, and an idle slot is filled at once."""
