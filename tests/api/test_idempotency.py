@@ -318,7 +318,10 @@ def test_503_is_not_recorded_and_a_retry_succeeds(
     replay = api.post("/scheduled-starts", body, key="k-503")
     assert replay.status_code == 201
     assert replay.json() == retry.json()
-    assert calls["n"] == 2
+    # The failed request and the retry each sealed the input once. On PostgreSQL a create
+    # seals before its one round trip can tell it the key is a replay, so the replay seals
+    # a copy that is thrown away; nothing is created or recorded again either way.
+    assert calls["n"] == (3 if system.store.creates_in_one_trip else 2)
     assert start_count(api) == 1
 
 

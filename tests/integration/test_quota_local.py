@@ -436,6 +436,9 @@ class _PausingQuota:
     """``PostgresQuota`` with a hook at the same place as ``LocalQuota.after_count``: after
     the lock and the count, before the insert, inside the inserting transaction."""
 
+    one_trip = None
+    """The hook sits between count and insert, which only the transaction path has."""
+
     def __init__(self, inner: PostgresQuota, after_count: Callable[[], None]) -> None:
         self.exact = inner.exact
         self._inner = inner

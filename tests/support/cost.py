@@ -4,8 +4,9 @@
 *Statements* are every command the server executes, transaction control included (what
 PostgreSQL's statement log shows). *Round trips* are the times the process sends and then
 waits for an answer: a statement, or one ``executemany`` of many rows. On PostgreSQL,
-psycopg sends ``BEGIN`` on its own before a transaction's first statement, and a
-transaction that sent nothing commits without a round trip; on SQLite the store sends its
+psycopg sends ``BEGIN`` on its own before a transaction's first statement (not in
+autocommit, where a statement is its own transaction), and a transaction that sent
+nothing commits without a round trip; on SQLite the store sends its
 ``BEGIN`` itself, so it is counted as a statement there.
 """
 
@@ -39,8 +40,9 @@ class _Counter:
     """The connections (by id) whose transaction has sent its first statement."""
 
     def statement(self, conn: sa.Connection, text: str, many: int) -> None:
+        autocommit = conn.get_execution_options().get("isolation_level") == "AUTOCOMMIT"
         with self.lock:
-            if self.dialect == "postgresql" and id(conn) not in self.open:
+            if self.dialect == "postgresql" and not autocommit and id(conn) not in self.open:
                 self.open.add(id(conn))
                 self._sent("BEGIN (implicit)", 1)
             self._sent(text, many)

@@ -18,6 +18,7 @@ from __future__ import annotations
 
 import threading
 from collections.abc import Callable, Mapping, Sequence
+from typing import Literal
 
 import sqlalchemy as sa
 
@@ -82,6 +83,9 @@ class LocalQuota:
         self._lock = threading.Lock()
         self._after_count = after_count
         """A seam for tests to show why this is best-effort (runs between count and insert)."""
+        self.one_trip: Literal["count", "lock_and_count"] | None = (
+            "count" if after_count is None else None  # one trip has no "between" to pause
+        )
 
     def admit_starts(
         self,
@@ -103,6 +107,7 @@ _ADVISORY_LOCK = sa.text("SELECT pg_advisory_xact_lock(hashtextextended(:key, 0)
 
 class PostgresQuota:
     exact = True
+    one_trip: Literal["count", "lock_and_count"] | None = "lock_and_count"
 
     def __init__(self, connection_of: Callable[[Tx], sa.Connection]) -> None:
         self._connection_of = connection_of
@@ -126,6 +131,7 @@ class PostgresQuota:
 
 class NoQuota:
     exact = False
+    one_trip: Literal["count", "lock_and_count"] | None = None
 
     def admit_starts(
         self,

@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 from collections.abc import Mapping, Sequence
-from typing import Protocol
+from typing import Literal, Protocol
 
 from punctual.errors import PunctualError
 from punctual.ports.store import Tx
@@ -12,6 +12,10 @@ from punctual.ports.store import Tx
 class QuotaController(Protocol):
     exact: bool
     """True only when the decision is exact across every API process."""
+    one_trip: Literal["count", "lock_and_count"] | None
+    """How the store decides for this controller when a create takes one round trip
+    (``Store.create_in_one_trip``): the same count, after the same tenant lock when
+    ``lock_and_count``; None when it cannot, and every create takes the transaction."""
 
     def admit_starts(
         self,

@@ -15,6 +15,7 @@ from punctual.ports.events import Event, EventSink
 from punctual.ports.quota import QuotaController
 from punctual.ports.store import Store
 from punctual.ports.webhooks import SendResult, WebhookSender
+from punctual.usecases.kernel.active_definitions import ActiveDefinitions
 from punctual.usecases.kernel.principals import PrincipalCache
 
 
@@ -112,3 +113,5 @@ class Services:
     """Fault-injection seam: tests make the process die at a named point."""
     principals: PrincipalCache = field(default_factory=lambda: PrincipalCache(0))
     """Tokens this process checked lately (``auth_cache_seconds``; none by default)."""
+    definitions: ActiveDefinitions = field(default_factory=ActiveDefinitions)
+    """The active definitions this process last read, for creates in one round trip."""

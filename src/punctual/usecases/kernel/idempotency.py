@@ -185,6 +185,18 @@ class MutationRunner:
         return self._services.policy.api_wait_seconds
 
     @property
+    def key_lease(self) -> timedelta:
+        """How long a key in flight is held before a retry may take it over."""
+        return self._lease
+
+    @property
+    def one_trip_lock_wait(self) -> float:
+        """How long a create in one round trip waits for a lock (a concurrent request with
+        its key, the tenant's quota lock) before the transaction path takes over: half the
+        bounded wait, the other half being that path's."""
+        return self._wait / 2
+
+    @property
     def _lease(self) -> timedelta:
         # Long enough that a mutation stuck behind a lock gives up before its key can
         # be adopted by a retry: the lock wait below is bounded by this minus a margin.

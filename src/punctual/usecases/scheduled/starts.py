@@ -13,7 +13,8 @@ execution it may have started.
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+import secrets
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from datetime import datetime
 from typing import Any
@@ -29,10 +30,19 @@ from punctual.domain.starts import (
 )
 from punctual.errors import InvalidRequest, PunctualError, not_found
 from punctual.ports.records import NewStart, StartFilter
-from punctual.ports.store import Tx
+from punctual.ports.store import OneTripCreate, OneTripOutcome, Tx
 from punctual.usecases.kernel.admission import admit_input_and_class
+from punctual.usecases.kernel.audit import being_served
 from punctual.usecases.kernel.context import Services
-from punctual.usecases.kernel.idempotency import Answer, BatchMutation, Mutation, Outcome
+from punctual.usecases.kernel.idempotency import (
+    Answer,
+    BatchMutation,
+    IdempotentRequest,
+    ItemResult,
+    Mutation,
+    MutationRunner,
+    Outcome,
+)
 from punctual.usecases.kernel.mutations import check_tenant
 from punctual.usecases.kernel.paging import check_choice, check_limit, decode_cursor, page
 from punctual.usecases.kernel.projections import start_view
@@ -110,6 +120,14 @@ def create_many(
     ) -> dict[int, Outcome | PunctualError]:
         decided: dict[int, Outcome | PunctualError] = {}
         definitions: dict[str, Definition] = {}
+
+        def definition_of(workflow: str) -> Definition:
+            definition = definitions.get(workflow)
+            if definition is None:
+                definition = definitions[workflow] = require_active(tx, workflow)
+                services.definitions.remember(definition)
+            return definition
+
         valid: list[int] = []
         for index in indexes:
             cmd = commands[index]
@@ -118,7 +136,7 @@ def create_many(
                     check_tenant(principal, tenant)
                 if isinstance(cmd, PunctualError):
                     raise cmd
-                _validate(services, tx, principal, cmd, now, definitions)
+                _validate(services, principal, cmd, now, definition_of)
             except PunctualError as refusal:
                 decided[index] = refusal
                 continue
@@ -147,19 +165,127 @@ def create_many(
     return mutation
 
 
+def create_in_one_trip(
+    services: Services,
+    runner: MutationRunner,
+    principal: Principal,
+    cmd: CreateStart | PunctualError,
+    tenant: str,
+    request: IdempotentRequest,
+) -> ItemResult | CreateStart | PunctualError:
+    """A single create decided here and stored in one round trip (OP-5), when the store
+    has such a path and everything but the store's part passes here: the tenant, the
+    checks, the role and the host limits, against the active definition this process
+    remembers. The store then records the key already answered, checks that definition is
+    still the active one and counts the quota, and inserts the start and the audit entry.
+
+    Otherwise the answer is the item for the transaction path (``create_many`` under
+    ``run_batch``), which decides everything else exactly as before: a refusal (a replay
+    comes first there), a key used with another body or still in flight, another active
+    definition, a full quota, a store that is busy or unreachable. The item is ``cmd``,
+    or the error sealing its input failed with (raised there after the replay, as a
+    refused body is): the input is sealed once per request.
+
+    On PostgreSQL the input is sealed before the store can say the key is a replay; a
+    replay then discards that copy.
+    """
+    one_trip = services.quota.one_trip
+    if one_trip is None or isinstance(cmd, PunctualError):
+        return cmd
+    if not services.store.creates_in_one_trip:
+        return cmd
+    definition = services.definitions.recall(cmd.workflow)
+    if definition is None:
+        return cmd
+    now = services.clock.now()
+    known: Definition = definition
+
+    def remembered(_: str) -> Definition:
+        return known
+
+    try:
+        check_tenant(principal, tenant)
+        _validate(services, principal, cmd, now, remembered)
+    except PunctualError:
+        return cmd
+    try:
+        new = _new_start(services, principal, cmd)
+    except PunctualError as failure:  # the codec could not seal (503)
+        return failure
+    view = start_view(_as_inserted(new, now))
+    limits = services.policy.tenant_policy(principal.tenant)
+    audited = being_served()
+    answer = services.store.create_in_one_trip(
+        OneTripCreate(
+            start=new,
+            definition_version=definition.version,
+            principal=request.principal,
+            key=request.key,
+            fingerprint=request.fingerprint,
+            owner=secrets.token_hex(8),
+            lease_until=now + runner.key_lease,
+            response=view,
+            audit=audited.entry(Answer.CREATED, new.id) if audited is not None else None,
+            max_pending=limits.max_pending_starts,
+            max_pending_in_class=limits.max_pending_by_class.get(cmd.workload_class),
+            lock_quota=one_trip == "lock_and_count",
+            notify_due=_due_soon(services, new.start_at, now),
+            lock_timeout=runner.one_trip_lock_wait,
+            now=now,
+        )
+    )
+    if answer is None:
+        return cmd
+    if answer.outcome is OneTripOutcome.CREATED:
+        services.on_due_change()
+        return ItemResult(Answer.CREATED, view)
+    if answer.outcome is OneTripOutcome.DEFINITION_CHANGED:
+        services.definitions.forget(definition.name, definition.version)
+    elif (
+        answer.outcome is OneTripOutcome.KEY_TAKEN
+        and answer.state == "done"
+        and answer.fingerprint == request.fingerprint
+        and answer.status_code is not None
+    ):
+        return ItemResult(answer.status_code, answer.response)
+    return cmd
+
+
+def _as_inserted(new: NewStart, now: datetime) -> ScheduledStart:
+    """The start as the store's insert returns it (``Starts.insert_many``)."""
+    return ScheduledStart(
+        id=new.id,
+        tenant=new.tenant,
+        workflow=new.workflow,
+        business_request_id=new.business_request_id,
+        start_at=new.start_at,
+        time_zone=new.time_zone,
+        workload_class=new.workload_class,
+        attributes=dict(new.attributes),
+        traceparent=new.traceparent,
+        state=StartState.SCHEDULED,
+        version=1,
+        attempts=0,
+        next_attempt_at=None,
+        last_error=None,
+        created_by=new.created_by,
+        created_at=now,
+        updated_at=now,
+        run_id=new.run_id,
+    )
+
+
 def _validate(
     services: Services,
-    tx: Tx,
     principal: Principal,
     cmd: CreateStart,
     now: datetime,
-    definitions: dict[str, Definition],
-) -> None:
-    """Validation, role and host limits of a new start, in the contract's order."""
+    definition_of: Callable[[str], Definition],
+) -> Definition:
+    """Validation, role and host limits of a new start, in the contract's order; the
+    definition its input was validated against."""
     validate_new_start_at(cmd.start_at, cmd.time_zone, now)
-    definition = definitions.get(cmd.workflow)
-    if definition is None:
-        definition = definitions[cmd.workflow] = require_active(tx, cmd.workflow)
+    definition = definition_of(cmd.workflow)
     problems = input_problems(definition, cmd.input)
     if problems:
         raise InvalidRequest(
@@ -170,6 +296,7 @@ def _validate(
         )
     require(principal, Action.CREATE)
     admit_input_and_class(services, principal.tenant, cmd.workload_class, cmd.input)
+    return definition
 
 
 def _admit(
@@ -203,9 +330,13 @@ def _new_start(services: Services, principal: Principal, cmd: CreateStart) -> Ne
 
 
 def _wake_if_due_soon(services: Services, tx: Tx, due_at: datetime, now: datetime) -> None:
-    """Runners look again within the horizon anyway; only sooner work needs a wake-up."""
-    if (due_at - now).total_seconds() < services.policy.wake_horizon_seconds:
+    if _due_soon(services, due_at, now):
         tx.starts.notify_due()
+
+
+def _due_soon(services: Services, due_at: datetime, now: datetime) -> bool:
+    """Runners look again within the horizon anyway; only sooner work needs a wake-up."""
+    return (due_at - now).total_seconds() < services.policy.wake_horizon_seconds
 
 
 def _load(tx: Tx, principal: Principal, start_id: str) -> ScheduledStart:

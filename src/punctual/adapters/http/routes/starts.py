@@ -49,6 +49,7 @@ from punctual.domain.permissions import Action, require
 from punctual.errors import InvalidRequest, PunctualError
 from punctual.resources import BatchCreateResult, Start, StartPage
 from punctual.usecases.kernel import mutations
+from punctual.usecases.kernel.idempotency import IdempotentRequest, ItemResult
 from punctual.usecases.scheduled import starts
 
 router = tenant_router("scheduled starts", collection="/scheduled-starts")
@@ -94,10 +95,15 @@ def create_start(tenant: str, call: MutationDep) -> Response:
         key = idempotency_key(call.request)
         claim = (key, fingerprint(call.request, call.raw))
         command = _command(lambda: load_json(call.raw))
-        mutation = starts.create_many(call.services, principal, [command], tenant=tenant)
-        [result] = call.edge.mutations.run_batch(
-            principal.tenant, principal.subject, [claim], mutation
+        request = IdempotentRequest(principal.tenant, principal.subject, *claim)
+        result = starts.create_in_one_trip(
+            call.services, call.edge.mutations, principal, command, tenant, request
         )
+        if not isinstance(result, ItemResult):
+            mutation = starts.create_many(call.services, principal, [result], tenant=tenant)
+            [result] = call.edge.mutations.run_batch(
+                principal.tenant, principal.subject, [claim], mutation
+            )
     except PunctualError as exc:
         return response_for(exc)
     if result.error is not None:

@@ -24,14 +24,20 @@ JSON holds U+0000 (a run view's result or error) is stored as its JSON text, so 
 answers the same bytes on both stores instead of failing in PostgreSQL's JSONB."""
 
 
-def _stored(response: Any, dialect: sa.Dialect) -> Any:
+def stored_response(response: Any, dialect: sa.Dialect) -> Any:
     """What the response column holds for ``response`` (the escaped envelope included)."""
     return _RESPONSE.process_bind_param(response, dialect)
 
 
+def recorded_response(stored: Any, dialect: sa.Dialect) -> Any:
+    """The answer that the response column's ``stored`` value records."""
+    return _RESPONSE.process_result_value(stored, dialect)
+
+
 def _record(row: Any, dialect: sa.Dialect) -> IdempotencyRecord:
-    response = _RESPONSE.process_result_value(row["response"], dialect)
-    return record_from_row(IdempotencyRecord, row, response=response)
+    return record_from_row(
+        IdempotencyRecord, row, response=recorded_response(row["response"], dialect)
+    )
 
 
 class SqlIdempotency:
@@ -98,7 +104,7 @@ class SqlIdempotency:
             .values(
                 state="done",
                 status_code=status_code,
-                response=_stored(response, self._conn.dialect),
+                response=stored_response(response, self._conn.dialect),
                 resource_id=resource_id,
                 decided_at=now,
             )
@@ -172,7 +178,7 @@ class SqlIdempotency:
                 "principal": principal,
                 "owner": owner,
                 "status_code": o.status_code,
-                "response": _stored(o.response, self._conn.dialect),
+                "response": stored_response(o.response, self._conn.dialect),
                 "resource_id": o.resource_id,
                 "decided_at": now,
             }

@@ -28,6 +28,7 @@ from punctual.adapters.stores.sql.identity import SqlIdentity
 from punctual.adapters.stores.sql.keys import SqlKeys
 from punctual.adapters.stores.sql.ledger import SqlRunLedgerStore
 from punctual.adapters.stores.sql.notifications import SqlNotifications
+from punctual.adapters.stores.sql.one_trip import create_in_one_trip
 from punctual.adapters.stores.sql.retention import SqlRetention
 from punctual.adapters.stores.sql.runs import SqlRuns
 from punctual.adapters.stores.sql.schedule_sync import SqlScheduleSync
@@ -35,6 +36,7 @@ from punctual.adapters.stores.sql.schedules import SqlSchedules
 from punctual.adapters.stores.sql.starts import SqlStarts
 from punctual.adapters.stores.sql.webhooks import SqlWebhooks
 from punctual.errors import HostUnavailable, Unavailable
+from punctual.ports.store import OneTripAnswer, OneTripCreate
 
 
 @dataclass
@@ -152,6 +154,22 @@ class SqlStore:
             if not conn.invalidated:  # .info on an invalidated connection reconnects
                 conn.info.pop("readonly", None)
             conn.close()
+
+    @property
+    def creates_in_one_trip(self) -> bool:
+        return self.dialect == "postgresql"
+
+    def create_in_one_trip(self, request: OneTripCreate) -> OneTripAnswer | None:
+        """PostgreSQL's create in one round trip; None on SQLite, and when the trip
+        failed for want of the database (a lock wait ran out, the connection broke, the
+        server is down): the transaction path then decides, and replays whatever this
+        trip committed. Any other error is a defect and is raised as it would be there."""
+        if not self.creates_in_one_trip:
+            return None
+        try:
+            return create_in_one_trip(self.engine, request)
+        except sa.exc.OperationalError:
+            return None
 
     def reclaim_space(self, tables: Sequence[str]) -> None:
         """Vacuum what a retention sweep deleted from (PostgreSQL; nothing on SQLite)."""
