@@ -27,7 +27,13 @@ from punctual.adapters.http.status import body_for, status_for
 from punctual.adapters.observability import EventHub, Metrics
 from punctual.adapters.quota import LocalQuota, NoQuota, PostgresQuota
 from punctual.adapters.stores.sql import migrate
-from punctual.adapters.stores.sql.listener import DUE_CHANNEL, RUNS_CHANNEL, PgListener
+from punctual.adapters.stores.sql.listener import (
+    DELIVERIES_CHANNEL,
+    DUE_CHANNEL,
+    ENDED_CHANNEL,
+    RUNS_CHANNEL,
+    PgListener,
+)
 from punctual.adapters.stores.sql.retention import tables_swept
 from punctual.adapters.stores.sql.store import SqlStore, SqlTx
 from punctual.adapters.webhooks import HttpWebhookSender, default_allowed_cidrs
@@ -286,6 +292,10 @@ class Punctual:
     fire_worker: FireWorker | None = None
     reconciler: Reconciler | None = None
     listener: PgListener | None = None
+    ended_doorbell: Doorbell = field(default_factory=Doorbell)
+    """Rung when a schedule's run ended: the runner's follow-through has work."""
+    deliveries_doorbell: Doorbell = field(default_factory=Doorbell)
+    """Rung when webhook deliveries were queued: the runner's deliverer has work."""
     _idle_doorbell: Doorbell = field(default_factory=Doorbell)
 
     @property
@@ -303,7 +313,13 @@ class Punctual:
             hide_password=False
         )
         self.listener = PgListener(
-            dsn, {DUE_CHANNEL: self.due_doorbell.ring, RUNS_CHANNEL: self.runs_doorbell.ring}
+            dsn,
+            {
+                DUE_CHANNEL: self.due_doorbell.ring,
+                RUNS_CHANNEL: self.runs_doorbell.ring,
+                ENDED_CHANNEL: self.ended_doorbell.ring,
+                DELIVERIES_CHANNEL: self.deliveries_doorbell.ring,
+            },
         )
         self.listener.start()
 
@@ -344,15 +360,25 @@ class Punctual:
 
     def start_runner(self) -> Runner:
         self._runs("runner")
+        idle = self.settings.runner.max_idle_seconds
+        # The follow-through's and the deliverer's backstops follow the runner's idle cap;
+        # a recorded end and a queued delivery wake them at once.
         options = RunnerOptions(
             page_size=self.settings.runner.page_size,
-            max_idle_seconds=self.settings.runner.max_idle_seconds,
+            max_idle_seconds=idle,
+            follow_through_every_seconds=idle / 2,
         )
         # Webhook deliveries leave from the runner process, off the dispatch thread; the
         # follow-through pass rings the deliverer when it queued some.
-        self.deliverer = Deliverer(self.services)
+        self.deliverer = Deliverer(
+            self.services, doorbell=self.deliveries_doorbell, max_idle_seconds=idle
+        )
         self.runner = Runner(
-            self.services, options, self.due_doorbell, on_notified=self.deliverer.wake
+            self.services,
+            options,
+            self.due_doorbell,
+            on_notified=self.deliverer.wake,
+            ended=self.ended_doorbell,
         )
         self._listen()
         self.runner.start()
@@ -497,7 +523,7 @@ def _assemble(
     engine = build_engine(settings, store, clock)
     metrics = Metrics()
     events = EventHub(metrics)
-    due = Doorbell()
+    due, ended, deliveries = Doorbell(), Doorbell(), Doorbell()
     services = Services(
         store=store,
         codec=codec,
@@ -509,6 +535,8 @@ def _assemble(
         webhooks=build_webhook_sender(settings),
         rng=rng,
         on_due_change=due.ring,
+        on_runs_ended=ended.ring,
+        on_deliveries_queued=deliveries.ring,
         crash_point=CrashPoints(os.environ.get("PUNCTUAL_CRASH_AT", "")),
         principals=PrincipalCache(settings.auth_cache_seconds),
     )
@@ -532,7 +560,18 @@ def _assemble(
             schedule_driver.installation_id(services),
         )
     mutations = MutationRunner(services, status_for, body_for)
-    system = Punctual(settings, store, services, engine, metrics, events, mutations, due)
+    system = Punctual(
+        settings,
+        store,
+        services,
+        engine,
+        metrics,
+        events,
+        mutations,
+        due,
+        ended_doorbell=ended,
+        deliveries_doorbell=deliveries,
+    )
     if key_watch is not None:
         system.key_watch = key_watch
         key_watch.start()

@@ -2,15 +2,17 @@
 
 It is a thread of its own, never the dispatch loop's: a receiver that hangs delays other
 deliveries by at most its own budget and never delays a run's start. It delivers while
-deliveries are due, then sleeps up to a second, or less when ``wake`` is called (after a
-commit that queued deliveries). A store outage is waited out with a growing pause;
-deliveries are never charged for it, since nothing was claimed.
+deliveries are due, then sleeps up to a second, or less when its doorbell rings (a commit
+that queued deliveries, in this process or, on PostgreSQL, in another). A store outage is
+waited out with a growing pause; deliveries are never charged for it, since nothing was
+claimed.
 """
 
 from __future__ import annotations
 
 import logging
 
+from punctual.ports.doorbell import Doorbell
 from punctual.runner.threads import RunnerThread, repeat_passes
 from punctual.usecases.kernel.context import Services
 from punctual.usecases.outbound.delivery import SEND_CONCURRENCY, deliver_due
@@ -23,11 +25,13 @@ class Deliverer(RunnerThread):
         self,
         services: Services,
         *,
+        doorbell: Doorbell | None = None,
         batch_size: int = SEND_CONCURRENCY,
         max_idle_seconds: float = 1.0,
     ) -> None:
         super().__init__("webhook-deliverer")
         self._services = services
+        self._doorbell = doorbell if doorbell is not None else Doorbell()
         self._batch_size = batch_size
         self._max_idle_seconds = max_idle_seconds
 
@@ -37,12 +41,14 @@ class Deliverer(RunnerThread):
 
     def stop(self, timeout: float = 15.0) -> None:
         """Stop after the pass under way (its sends are bounded by their budget)."""
+        self._stop.set()
+        self._doorbell.ring()
         self._stop_thread(timeout)
         log.info("event=deliverer_stopped")
 
     def wake(self) -> None:
         """Deliver now rather than after the idle pause: deliveries were just queued."""
-        self._wake.set()
+        self._doorbell.ring()
 
     def deliver_once(self) -> int:
         """One delivery pass; the number of deliveries claimed (0 when none was due)."""
@@ -51,14 +57,10 @@ class Deliverer(RunnerThread):
     def _loop(self) -> None:
         repeat_passes(
             self._stop,
-            self._woken_pass,
+            self.deliver_once,
             self._batch_size,
-            lambda: self._wake.wait(self._max_idle_seconds),
+            # A ring during a pass is kept, so the pause after it ends at once.
+            lambda: self._doorbell.wait(self._max_idle_seconds),
             log,
             "delivery",
         )
-
-    def _woken_pass(self) -> int:
-        # Cleared before the pass, so a wake during it makes the idle pause end at once.
-        self._wake.clear()
-        return self.deliver_once()

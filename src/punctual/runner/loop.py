@@ -34,13 +34,20 @@ from punctual.usecases.tenancy.health import HOST
 log = logging.getLogger("punctual.runner")
 
 
+FOLLOW_THROUGH_GAP_SECONDS = 0.05
+"""The least pause between follow-through passes: a stream of ended runs is judged in
+pages, not one pass per recorded batch."""
+
+
 @dataclass(frozen=True)
 class RunnerOptions:
     page_size: int = 500
     max_idle_seconds: float = 1.0
     reap_every_seconds: float = 5.0
     follow_through_every_seconds: float = 0.5
-    """How soon after a run ended its schedule shows it (and a regression is sent)."""
+    """The follow-through's backstop: a pass at least this often. A recorded end of a
+    schedule's run wakes it at once (in this process, or on PostgreSQL in any), at most
+    once per ``FOLLOW_THROUGH_GAP_SECONDS``."""
 
 
 @dataclass
@@ -57,12 +64,15 @@ class Runner:
         options: RunnerOptions,
         doorbell: Doorbell,
         on_notified: Callable[[], None] = lambda: None,
+        ended: Doorbell | None = None,
     ) -> None:
         self.id = new_id("wrk")
         self.status = RunnerStatus()
         self._services = services
         self._options = options
         self._doorbell = doorbell
+        self._ended = ended if ended is not None else Doorbell()
+        """Rung when a schedule's run ended: the follow-through has work."""
         self._on_notified = on_notified
         self._stop = threading.Event()
         self._threads: list[threading.Thread] = []
@@ -89,6 +99,7 @@ class Runner:
     def stop(self, timeout: float = 10.0) -> None:
         self._stop.set()
         self._doorbell.ring()
+        self._ended.ring()
         for thread in self._threads:
             thread.join(timeout)
         log.info("event=runner_stopped runner=%s", self.id)
@@ -128,10 +139,17 @@ class Runner:
             self._stop,
             self.follow_through_once,
             self._options.page_size,
-            lambda: self._stop.wait(self._options.follow_through_every_seconds),
+            self._follow_through_rest,
             log,
             "follow_through",
             f" runner={self.id}",
+        )
+
+    def _follow_through_rest(self) -> None:
+        if self._stop.wait(FOLLOW_THROUGH_GAP_SECONDS):
+            return
+        self._ended.wait(
+            max(0.0, self._options.follow_through_every_seconds - FOLLOW_THROUGH_GAP_SECONDS)
         )
 
     def _generation_loop(self) -> None:

@@ -109,6 +109,12 @@ class Services:
     """What fires schedules (CR-6): the SQL runner, or Temporal Schedules."""
     on_due_change: Callable[[], None] = field(default=lambda: None)
     """Called after a commit that may make work due sooner (wakes the runner)."""
+    on_runs_ended: Callable[[], None] = field(default=lambda: None)
+    """Called after a commit that recorded how a schedule's run ended (wakes this
+    process's follow-through; other processes hear it from the store)."""
+    on_deliveries_queued: Callable[[], None] = field(default=lambda: None)
+    """Called after a commit that queued webhook deliveries (wakes this process's
+    deliverer; other processes hear it from the store)."""
     crash_point: Callable[[str], None] = field(default=lambda name: None)
     """Fault-injection seam: tests make the process die at a named point."""
     principals: PrincipalCache = field(default_factory=lambda: PrincipalCache(0))

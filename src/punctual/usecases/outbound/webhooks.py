@@ -316,7 +316,6 @@ def send_test(services: Services, principal: Principal, webhook_id: str) -> Muta
     """A ``test`` event to this webhook only, through the same outbox as real events (so it
     proves the whole path). A 202 is not recorded against the idempotency key: each
     accepted call queues one test event."""
-    del services
 
     def mutation(tx: Tx, now: datetime) -> Outcome:
         hook = _load(tx, principal, webhook_id)
@@ -332,7 +331,12 @@ def send_test(services: Services, principal: Principal, webhook_id: str) -> Muta
         enqueue_deliveries(tx, [hook], event, event_id, now)
         newest = tx.webhooks.deliveries(principal.tenant, hook.id, None, 1)
         delivery_id = newest[0].id if newest and newest[0].event_id == event_id else None
-        return Outcome(Answer.ACCEPTED, queued_view(event_id, delivery_id), resource_id=hook.id)
+        return Outcome(
+            Answer.ACCEPTED,
+            queued_view(event_id, delivery_id),
+            resource_id=hook.id,
+            after_commit=services.on_deliveries_queued,
+        )
 
     return mutation
 
@@ -342,7 +346,6 @@ def redeliver(
 ) -> Mutation:
     """A new delivery of the same event: same ``event_id`` and payload, so a receiver that
     already processed it can tell."""
-    del services
 
     def mutation(tx: Tx, now: datetime) -> Outcome:
         hook = _load(tx, principal, webhook_id)
@@ -352,6 +355,11 @@ def redeliver(
         again = tx.webhooks.redeliver(principal.tenant, hook.id, delivery_id, new_id("dlv"), now)
         if again is None:
             raise not_found("delivery", delivery_id)
-        return Outcome(Answer.ACCEPTED, queued_view(again.event_id, again.id), resource_id=again.id)
+        return Outcome(
+            Answer.ACCEPTED,
+            queued_view(again.event_id, again.id),
+            resource_id=again.id,
+            after_commit=services.on_deliveries_queued,
+        )
 
     return mutation

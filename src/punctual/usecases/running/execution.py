@@ -154,6 +154,9 @@ def finish_runs(services: Services, worker_id: str, finished: Sequence[Finished]
         # The schedule's last_status and the follow-through follow from ended_at (CR-4):
         # the runner's follow-through pass claims these runs.
         recorded = [f.run.id in done for f in finished]
+    ended = zip(finished, recorded, strict=True)
+    if any(ok and f.run.origin.get("schedule_id") for f, ok in ended):
+        services.on_runs_ended()  # their follow-through, in this process
     for f, ok in zip(finished, recorded, strict=True):
         if ok:
             services.events.emit(

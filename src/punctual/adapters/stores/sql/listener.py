@@ -1,14 +1,17 @@
 """Cross-process wake-ups on PostgreSQL: LISTEN/NOTIFY.
 
-A create or reschedule notifies ``punctual_due`` and a dispatch notifies
-``punctual_runs`` inside their transactions; PostgreSQL delivers a notification only
-when (and if) that transaction commits. Each process that runs a runner or a worker
-keeps one listening connection and rings the matching in-process doorbell, so a
-runner in another process wakes for a start that is due sooner than it planned, and
-workers claim new runs at once instead of on their next poll.
+A create or reschedule notifies ``punctual_due``, a dispatch ``punctual_runs``, the
+recording of a schedule's ended run ``punctual_ended`` and a queued webhook delivery
+``punctual_deliveries``, inside their transactions; PostgreSQL delivers a notification
+only when (and if) that transaction commits. Each process that runs a runner or a worker
+keeps one listening connection and rings the matching in-process wake-up, so a runner in
+another process wakes for a start that is due sooner than it planned, for a run's
+follow-through and for a delivery, and workers claim new runs at once instead of on their
+next poll.
 
-The polling backstops (``runner.max_idle_seconds``, the worker's idle poll) stay: a
-notification is an optimisation, never the only way work is found.
+The polling backstops (``runner.max_idle_seconds``, the worker's idle poll, the
+follow-through's and the deliverer's pauses) stay: a notification is an optimisation,
+never the only way work is found.
 """
 
 from __future__ import annotations
@@ -24,6 +27,10 @@ log = logging.getLogger("punctual.listener")
 
 DUE_CHANNEL = "punctual_due"
 RUNS_CHANNEL = "punctual_runs"
+ENDED_CHANNEL = "punctual_ended"
+"""A schedule's run ended: the runner's follow-through has work."""
+DELIVERIES_CHANNEL = "punctual_deliveries"
+"""Webhook deliveries were queued: the runner's deliverer has work."""
 _RECONNECT_SECONDS = 1.0
 
 

@@ -22,7 +22,7 @@ from punctual.adapters.stores.sql.dialects import (
     store_stamp,
     update_many,
 )
-from punctual.adapters.stores.sql.listener import RUNS_CHANNEL
+from punctual.adapters.stores.sql.listener import ENDED_CHANNEL, RUNS_CHANNEL
 from punctual.adapters.stores.sql.reads import first_record
 from punctual.adapters.stores.sql.rows import (
     encrypted_columns,
@@ -44,13 +44,17 @@ from punctual.ports.records import (
 _r = t.runs.c
 _ACTIVE = (RunState.PENDING.value, RunState.RUNNING.value)
 _FINISH_MANY = sa.text(
-    "UPDATE runs SET state = batch.state, result = CAST(batch.result AS JSONB), "
+    "WITH ended AS (UPDATE runs SET state = batch.state, result = CAST(batch.result AS JSONB), "
     "error = CAST(batch.error AS JSONB), ended_at = :now, lease_until = NULL, "
     "started_at = COALESCE(batch.started_at, runs.started_at) "
     "FROM unnest(:ids, :tokens, :states, :results, :errors, :started) "
     "AS batch(id, claim_token, state, result, error, started_at) "
     "WHERE runs.id = batch.id AND runs.claim_token = batch.claim_token "
-    "AND runs.state = 'running' RETURNING runs.id"
+    "AND runs.state = 'running' RETURNING runs.id, runs.schedule_id) "
+    # A schedule's run ended: its follow-through is due. PostgreSQL delivers one
+    # notification per transaction however many rows call it, and only at commit.
+    f"SELECT id, CASE WHEN schedule_id IS NOT NULL THEN pg_notify('{ENDED_CHANNEL}', '') END "
+    "FROM ended"
 ).bindparams(
     sa.bindparam("ids", type_=postgresql.ARRAY(sa.Text())),
     sa.bindparam("tokens", type_=postgresql.ARRAY(sa.Text())),
@@ -60,7 +64,8 @@ _FINISH_MANY = sa.text(
     sa.bindparam("started", type_=postgresql.ARRAY(sa.DateTime(timezone=True))),
     sa.bindparam("now", type_=t.runs.c.ended_at.type),
 )
-"""PostgreSQL only: the outcomes of a batch, one array per column."""
+"""PostgreSQL only: the outcomes of a batch, one array per column, and the wake-up of
+follow-through in other processes, in the same statement."""
 
 
 class SqlRuns:

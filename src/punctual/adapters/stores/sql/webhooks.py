@@ -17,7 +17,8 @@ import sqlalchemy as sa
 from sqlalchemy.engine import RowMapping
 
 from punctual.adapters.stores.sql import tables as t
-from punctual.adapters.stores.sql.dialects import for_update, insert_ignore, update_many
+from punctual.adapters.stores.sql.dialects import for_update, insert_ignore, notify, update_many
+from punctual.adapters.stores.sql.listener import DELIVERIES_CHANNEL
 from punctual.adapters.stores.sql.reads import first_record, newest_first
 from punctual.adapters.stores.sql.rows import (
     encrypted_columns,
@@ -159,8 +160,12 @@ class SqlWebhooks:
             )
             for d in deliveries
         ]
-        for i in range(0, len(rows), 500):
+        queued = sum(
             insert_ignore(self._conn, t.webhook_deliveries, rows[i : i + 500], ["id"])
+            for i in range(0, len(rows), 500)
+        )
+        if queued:
+            notify(self._conn, DELIVERIES_CHANNEL)  # the deliverer, in whichever process
 
     def claim_due(self, now: datetime, lease_seconds: float, limit: int) -> list[ClaimedDelivery]:
         """A deleted webhook's deliveries are never claimed (its delete failed them, and
