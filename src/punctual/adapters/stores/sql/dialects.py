@@ -52,7 +52,7 @@ def create_engine(url: str, *, pool_size: int = 10) -> Engine:
     return sa.create_engine(
         url,
         pool_size=pool_size,
-        max_overflow=pool_size,
+        max_overflow=pool_size // 2,
         pool_recycle=1800,
         connect_args=connect_args,
     )
