@@ -1,8 +1,8 @@
 """punctual: a durable scheduler for workflow runs.
 
-``App``, ``Canceled`` and ``RunContext`` are imported on first use, so a process that
-never defines workflows (the CLI over HTTP, the typed client) does not load what they
-need.
+``App``, ``Canceled``, ``Occurrence`` and ``RunContext`` are imported on first use, so a
+process that never defines workflows (the CLI over HTTP, the typed client) does not load
+what they need.
 """
 
 from __future__ import annotations
@@ -10,9 +10,9 @@ from __future__ import annotations
 from typing import TYPE_CHECKING, Any
 
 if TYPE_CHECKING:
-    from punctual.workflows import App, Canceled, RunContext
+    from punctual.workflows import App, Canceled, Occurrence, RunContext
 
-__all__ = ["App", "Canceled", "RunContext"]
+__all__ = ["App", "Canceled", "Occurrence", "RunContext"]
 __version__ = "0.1.0"
 
 

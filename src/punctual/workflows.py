@@ -15,7 +15,7 @@ import inspect
 import threading
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
-from typing import Any, TypeVar
+from typing import Any, TypedDict, TypeVar
 
 from pydantic import BaseModel, ValidationError
 
@@ -36,6 +36,23 @@ class InputRejected(Exception):
     ``input_rejected``. The message names schema rules and places only (FT-4)."""
 
 
+class Occurrence(TypedDict):
+    """A schedule's occurrence as its run sees it (``RunContext.occurrence``); instants in
+    RFC 3339, as the API shows them."""
+
+    schedule_id: str
+    occurrence_id: str
+    occurrence_at: str
+    """The instant the schedule's spec named (or the trigger's or backfill's)."""
+    scheduled_at: str | None
+    """When it was due: ``occurrence_at`` with jitter, or later for a catch-up."""
+    origin: str
+    """``schedule``, ``trigger`` or ``backfill``."""
+    previous_completed_run_id: str | None
+    """The schedule's latest run that had completed, among earlier occurrences, when this
+    one was dispatched."""
+
+
 class RunContext:
     """What a running workflow may know about its run, and how it cooperates with cancel.
 
@@ -43,6 +60,8 @@ class RunContext:
     ``sleep_async`` return early (``False``) when that happens so a workflow never
     sleeps through a cancel. ``traceparent`` is the W3C trace context the run's start
     was given (None without one), so a body can continue the caller's trace (OS-1).
+    ``occurrence`` says which occurrence of which schedule the run is (None for a
+    one-off start).
     """
 
     def __init__(
@@ -58,6 +77,21 @@ class RunContext:
         self.origin: Mapping[str, Any] = dict(origin)
         self.traceparent = traceparent
         self._cancel = cancel_event or threading.Event()
+
+    @property
+    def occurrence(self) -> Occurrence | None:
+        """The schedule's occurrence this run is (RS-10): None for a one-off start."""
+        origin = self.origin
+        if origin.get("source") != "schedule":
+            return None
+        return Occurrence(
+            schedule_id=str(origin["schedule_id"]),
+            occurrence_id=str(origin["id"]),
+            occurrence_at=str(origin["occurrence_at"]),
+            scheduled_at=origin.get("scheduled_at"),
+            origin=str(origin.get("occurrence_origin", "schedule")),
+            previous_completed_run_id=origin.get("previous_completed_run_id"),
+        )
 
     @property
     def cancel_requested(self) -> bool:

@@ -29,17 +29,23 @@ from pathlib import Path
 from typing import Any
 
 import pytest
+import sqlalchemy as sa
 
 from punctual import bootstrap
 from punctual.adapters.engines.local.engine import LocalEngine
+from punctual.adapters.stores.sql import tables as t
 from punctual.adapters.stores.sql.store import SqlStore
 from punctual.domain.permissions import Principal, Role
 from punctual.domain.runs import Run, RunState
 from punctual.domain.starts import StartState
+from punctual.domain.timeutil import to_rfc3339
 from punctual.errors import Unavailable
 from punctual.ports.engine import Engine, EngineUnavailable, RunOrder
 from punctual.ports.records import WorkerRecord
 from punctual.usecases.kernel.context import Services
+from punctual.usecases.recurring import schedules
+from punctual.usecases.recurring.generation import generate
+from punctual.usecases.recurring.schedule_fields import decode_create
 from punctual.usecases.running import runs
 from punctual.usecases.running.definitions import register_worker
 from punctual.usecases.scheduled import starts
@@ -660,3 +666,68 @@ def test_a_run_whose_worker_is_lost_is_retried_as_a_new_attempt(harness: Harness
     assert (h.marks / f"{run_id}.returned").read_text().count("\n") == 1
     assert h.temporal_address is not None
     assert len(settle_executions(h.temporal_address, run_id)) == 1
+
+
+def _next_occurrence_run(h: Harness, schedule_id: str, taken: list[str]) -> tuple[str, str]:
+    """Generate and dispatch, one start at a time as a runner would, until an occurrence of
+    the schedule other than ``taken`` has its run dispatched: (occurrence id, run id)."""
+    deadline = time.monotonic() + 20
+    while True:
+        generate(h.services, 10)
+        dispatch_due(h.services, "contract-runner", 1)
+        query = (
+            sa.select(t.starts.c.id, t.starts.c.run_id)
+            .where(t.starts.c.schedule_id == schedule_id, t.starts.c.dispatched_at.is_not(None))
+            .order_by(t.starts.c.occurrence_at)
+        )
+        with h.system.store.engine.connect() as conn:
+            dispatched = [(row.id, row.run_id) for row in conn.execute(query)]
+        fresh = [pair for pair in dispatched if pair[1] not in taken]
+        if fresh:
+            return fresh[0]
+        assert time.monotonic() < deadline, "no occurrence of the schedule was dispatched"
+        time.sleep(0.05)
+
+
+def test_a_run_knows_the_occurrence_it_is(harness: Harness) -> None:
+    """RS-10: ``ctx.occurrence`` is None for a one-off start; a schedule's run is told its
+    occurrence and the schedule's run that had completed before it (none for the first)."""
+    h = harness
+    one_off = h.wait(h.dispatch("whence", {}), finished)
+    assert one_off.state is RunState.COMPLETED, one_off
+    assert one_off.result == {"occurrence": None}
+
+    body = {
+        "name": "whence",
+        "workflow": "whence",
+        "input": {"marks": str(h.marks)},
+        "spec": {"interval_ms": 1000},
+        "overlap": "allow_all",
+        "missed": "skip",
+    }
+    decoded = decode_create(body)
+    schedule_id = h.system.mutations.run(None, schedules.create(h.services, ADMIN, decoded)).body[
+        "id"
+    ]
+    first_occurrence, first_run = _next_occurrence_run(h, schedule_id, [])
+    assert h.wait(first_run, finished).state is RunState.COMPLETED
+    second_occurrence, second_run = _next_occurrence_run(h, schedule_id, [first_run])
+    ended = [h.wait(first_run, finished), h.wait(second_run, finished)]
+    with h.system.store.transaction(readonly=True) as tx:
+        occurrences = [
+            tx.starts.get_occurrence(TENANT, schedule_id, o)
+            for o in (first_occurrence, second_occurrence)
+        ]
+    for run, occurrence, previous in zip(ended, occurrences, [None, first_run], strict=True):
+        assert run.state is RunState.COMPLETED, run
+        assert occurrence is not None
+        assert run.result == {
+            "occurrence": {
+                "schedule_id": schedule_id,
+                "occurrence_id": occurrence.id,
+                "occurrence_at": to_rfc3339(occurrence.occurrence_at),
+                "scheduled_at": to_rfc3339(occurrence.start_at),
+                "origin": "schedule",
+                "previous_completed_run_id": previous,
+            }
+        }, run.result

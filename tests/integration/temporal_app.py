@@ -62,3 +62,9 @@ def hang(payload: dict[str, Any]) -> None:
     """Never returns and ignores cancel: only terminate or its 1 s timeout end it."""
     while True:
         time.sleep(0.1)
+
+
+@app.workflow("whence", "1")
+def whence(payload: dict[str, Any], ctx: RunContext) -> dict[str, Any]:
+    """Answers what its run knows of the occurrence it is (``ctx.occurrence``)."""
+    return {"occurrence": ctx.occurrence}

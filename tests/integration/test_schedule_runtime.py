@@ -915,6 +915,11 @@ def test_runs_carry_the_occurrence_origin_and_the_creator(rig: Rig) -> None:
         "id": occurrence.id,
         "schedule_id": sid,
         "occurrence_at": to_rfc3339(occurrence.occurrence_at),
+        # What its body's ctx.occurrence also says (RS-10): when it was due (never
+        # retried, so its due_at), and the schedule's run that completed before it (none:
+        # this is the first).
+        "scheduled_at": to_rfc3339(occurrence.due_at),
+        "previous_completed_run_id": None,
     }
     assert run["started_by"] == "alice"
     assert run["definition_version"] == "1"

@@ -20,6 +20,11 @@ class RunOrigin(Resource):
     occurrence_at: datetime | None = None
     occurrence_origin: Literal["trigger", "backfill"] | None = None
     """Present when the occurrence was triggered or backfilled, not one of the spec's."""
+    scheduled_at: datetime | None = None
+    """An occurrence's: when it was due (jitter and a catch-up's lateness included)."""
+    previous_completed_run_id: str | None = None
+    """An occurrence's: the schedule's latest run that had completed, among earlier
+    occurrences, when this one was dispatched (what its body's ``ctx.occurrence`` says)."""
 
 
 class RunError(Resource):

@@ -33,6 +33,7 @@ from punctual.adapters.stores.sql.rows import (
     start_from_row,
 )
 from punctual.adapters.stores.sql.start_inserts import insert_starts
+from punctual.domain.runs import RunState
 from punctual.domain.schedules import OccurrenceOrigin
 from punctual.domain.starts import LastError, ScheduledStart, StartState
 from punctual.domain.timeutil import to_rfc3339
@@ -83,6 +84,33 @@ def _origin(row: RowMapping) -> dict[str, Any]:
     if row["origin"] not in (None, OccurrenceOrigin.SCHEDULE.value):
         origin["occurrence_origin"] = row["origin"]
     return origin
+
+
+# Written out: an UPDATE's RETURNING names the updated row's columns unqualified, so the
+# correlation to it is spelt with the table's name.
+_PREVIOUS_COMPLETED_RUN: sa.Label[str | None] = sa.literal_column(
+    "(SELECT earlier_run.id FROM starts AS earlier "
+    "JOIN runs AS earlier_run ON earlier_run.id = earlier.run_id "
+    "WHERE earlier.schedule_id = starts.schedule_id "
+    "AND earlier.occurrence_at < starts.occurrence_at "
+    f"AND earlier_run.state = '{RunState.COMPLETED.value}' "
+    "ORDER BY earlier.occurrence_at DESC LIMIT 1)"
+).label("previous_completed_run_id")
+"""An occurrence's schedule's latest run that completed before it, as its claim sees it:
+down the schedule's (schedule_id, occurrence_at) index from the occurrence. Null for a
+one-off start, whose schedule_id matches nothing."""
+
+
+def _occurrence_context(row: RowMapping) -> dict[str, Any]:
+    """What a claimed occurrence's run is told about it beyond its origin (``ctx.occurrence``):
+    when it was scheduled (jitter and lateness included) and the schedule's previous run
+    that completed, at the time of the claim."""
+    if row["schedule_id"] is None:
+        return {}
+    return {
+        "scheduled_at": to_rfc3339(row["start_at"]),
+        "previous_completed_run_id": row["previous_completed_run_id"],
+    }
 
 
 def _occurrence_from_row(row: RowMapping) -> ScheduledStart:
@@ -521,6 +549,8 @@ class SqlStarts:
                 _s.claim_seq,
                 _s.origin,
                 _s.overlap,
+                _s.start_at,
+                _PREVIOUS_COMPLETED_RUN,
             )
         )
         return [
@@ -528,7 +558,7 @@ class SqlStarts:
                 ClaimedStart,
                 r,
                 input=encrypted_from_row(r, "input"),
-                origin=_origin(r),
+                origin=_origin(r) | _occurrence_context(r),
                 claimed_by=runner_id,
                 occurrence_origin=r["origin"],
             )
