@@ -147,6 +147,14 @@ def test_refusals_name_the_field_and_the_driver(api: Api) -> None:
         "field": "jitter_ms",
         "driver": "temporal_schedules",
     }
+    window = [{"from": "2027-12-24T00:00:00Z", "to": "2027-12-27T00:00:00Z"}]
+    frozen = api.post("/schedules", named("frozen", blackouts=window))
+    assert frozen.status_code == 422, frozen.text
+    assert frozen.json()["error"]["code"] == "unsupported_by_driver"
+    assert frozen.json()["error"]["details"] == {
+        "field": "blackouts",
+        "driver": "temporal_schedules",
+    }
     berlin = api.post(
         "/schedules", named("berlin", spec={"cron": "30 2 * * *", "time_zone": "Europe/Berlin"})
     )

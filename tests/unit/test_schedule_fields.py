@@ -82,6 +82,10 @@ def _other_value(name: str) -> Any:
         "end_at": "2027-01-01T00:00:00Z",
         "max_occurrences": 5,
         "jitter_ms": 250,
+        "blackouts": [
+            {"from": "2026-12-24T00:00:00+01:00", "to": "2027-01-02T00:00:00+01:00"},
+            {"from": "2026-12-01T00:00:00Z", "to": "2026-12-02T00:00:00Z", "reason": "freeze"},
+        ],
         "source": "deploy/schedules.toml",
     }[name]
 
@@ -110,6 +114,10 @@ def test_the_view_is_the_request_form_of_every_field() -> None:
     assert view["regression"] == {
         "metrics": [{"path": "score", "better": "higher", "tolerance": 0.0}]
     }
+    assert view["blackouts"] == [  # sorted, in UTC
+        {"from": "2026-12-01T00:00:00.000Z", "to": "2026-12-02T00:00:00.000Z", "reason": "freeze"},
+        {"from": "2026-12-23T23:00:00.000Z", "to": "2027-01-01T23:00:00.000Z", "reason": None},
+    ]
     # The view decodes back to the same settings: no field loses anything on the way out.
     assert decode_create({**view, INPUT: None}).settings == decode_create(body).settings
 
@@ -243,3 +251,70 @@ def test_the_http_client_sends_a_schedule_field_it_has_no_named_option_for() -> 
     assert call.body["newer_field"] == "kept as given"
     assert call.body["jitter_ms"] == 5
     assert "max_catch_up" not in call.body  # an option left None takes the server's default
+
+
+@pytest.mark.parametrize(
+    ("blackouts", "field", "words"),
+    [
+        ("freeze", "blackouts", "must be a list of at most 100 windows"),
+        ([{"from": "2026-12-24T00:00:00Z"}], "blackouts[0].to", "must be an instant"),
+        (
+            [{"from": "2026-12-24T00:00:00", "to": "2026-12-25T00:00:00Z"}],
+            "blackouts[0].from",
+            "UTC offset",
+        ),
+        (
+            [{"from": "2026-12-25T00:00:00Z", "to": "2026-12-24T00:00:00Z"}],
+            "blackouts[0].to",
+            "not reversed",
+        ),
+        (
+            [{"from": "2026-12-24T00:00:00Z", "to": "2026-12-24T00:00:00Z"}],
+            "blackouts[0].to",
+            "not reversed",
+        ),
+        (
+            [{"from": "2026-12-24T00:00:00Z", "to": "2026-12-25T00:00:00Z", "why": "x"}],
+            "blackouts[0]",
+            "must be {",
+        ),
+        (
+            [{"from": "2026-12-24T00:00:00Z", "to": "2026-12-25T00:00:00Z", "reason": ""}],
+            "blackouts[0].reason",
+            "1 to 200",
+        ),
+        (
+            [
+                {"from": "2026-12-24T00:00:00Z", "to": "2026-12-26T00:00:00Z"},
+                {"from": "2026-12-25T00:00:00Z", "to": "2026-12-27T00:00:00Z"},
+            ],
+            "blackouts",
+            "must not overlap",
+        ),
+        (
+            [
+                {"from": f"2026-12-{d:02d}T00:00:00Z", "to": f"2026-12-{d:02d}T01:00:00Z"}
+                for d in range(1, 32)
+            ]
+            * 4,
+            "blackouts",
+            "at most 100",
+        ),
+    ],
+)
+def test_bad_blackouts_are_refused_naming_the_field(blackouts: Any, field: str, words: str) -> None:
+    refused = refusal({**MINIMAL, "blackouts": blackouts})
+    assert refused.code == "validation_error"
+    path = ["body", *field.replace("]", "").replace("[", ".").split(".")]
+    loc = [str(part) for part in refused.details["errors"][0]["loc"]]
+    assert loc == path, refused.details
+    assert words in str(refused), str(refused)
+
+
+def test_blackouts_that_touch_are_two_windows() -> None:
+    touching = [
+        {"from": "2026-12-25T00:00:00Z", "to": "2026-12-26T00:00:00Z"},
+        {"from": "2026-12-24T00:00:00Z", "to": "2026-12-25T00:00:00Z"},
+    ]
+    blackouts = decode_create({**MINIMAL, "blackouts": touching}).settings.policy.blackouts
+    assert [b.start.day for b in blackouts] == [24, 25]

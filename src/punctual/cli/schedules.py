@@ -74,6 +74,7 @@ def schedule_block(schedule: Schedule) -> list[str]:
             ("end at", schedule.end_at),
             ("remaining", schedule.remaining_occurrences),
             ("jitter ms", schedule.jitter_ms or None),
+            ("blackouts", blackouts_text(schedule)),
             ("source", schedule.source),
             ("created by", schedule.created_by),
             ("last fired", schedule.last_fired_at),
@@ -84,6 +85,15 @@ def schedule_block(schedule: Schedule) -> list[str]:
     )
 
 
+def blackouts_text(schedule: Schedule) -> str | None:
+    """Each window as ``from - to (reason)``; None without any."""
+    shown = [
+        f"{when(b.start)} - {when(b.end)}" + (f" ({b.reason})" if b.reason else "")
+        for b in schedule.blackouts
+    ]
+    return "; ".join(shown) or None
+
+
 def sync_text(schedule: Schedule) -> str | None:
     """Under the Temporal Schedules driver: how its Temporal copy stands, and since when."""
     sync = schedule.sync
@@ -92,6 +102,8 @@ def sync_text(schedule: Schedule) -> str | None:
 
 def occurrence_line(occurrence: Occurrence) -> str:
     why = f" ({occurrence.reason})" if occurrence.reason else ""
+    if occurrence.reason_detail:
+        why = f" ({occurrence.reason}: {occurrence.reason_detail})"
     missed = occurrence.range
     span = f" {missed.count} missed up to {when(missed.last)}" if missed else ""
     adjusted = f" dst:{occurrence.dst_adjustment}" if occurrence.dst_adjustment else ""

@@ -10,10 +10,11 @@ of a past range are generated again (RS-9b). All are pure: time comes in as ``no
 
 from __future__ import annotations
 
+import bisect
 import hashlib
 import itertools
 from collections.abc import Collection, Sequence
-from dataclasses import dataclass, fields
+from dataclasses import dataclass, field, fields, replace
 from datetime import UTC, datetime, timedelta
 from enum import StrEnum
 from typing import Any
@@ -33,7 +34,7 @@ from punctual.domain.recurrence import (
     iter_timeline,
     skipped_by_dst,
 )
-from punctual.domain.timeutil import to_rfc3339
+from punctual.domain.timeutil import parse_rfc3339, to_rfc3339
 
 MAX_CATCH_UP_LIMIT = 100
 DEFAULT_MAX_CATCH_UP = 10
@@ -99,6 +100,51 @@ class ScheduleState(StrEnum):
     that moves the end extends it; resume alone cannot."""
 
 
+MAX_BLACKOUTS = 100
+
+
+@dataclass(frozen=True)
+class Blackout:
+    """A window in which none of the schedule's fires runs (RS-10): a fire with
+    ``start <= at < end`` is recorded skipped, reason ``blackout``, with ``reason``."""
+
+    start: datetime
+    end: datetime
+    reason: str | None = None
+
+    def covers(self, at: datetime) -> bool:
+        return self.start <= at < self.end
+
+
+def blackout_at(blackouts: Sequence[Blackout], at: datetime) -> Blackout | None:
+    """The blackout covering ``at`` (they are sorted and never overlap)."""
+    index = bisect.bisect_right([b.start for b in blackouts], at) - 1
+    if index >= 0 and blackouts[index].covers(at):
+        return blackouts[index]
+    return None
+
+
+def blackouts_to_json(blackouts: Sequence[Blackout]) -> list[dict[str, Any]]:
+    """As the API shows them and the store keeps them."""
+    return [
+        {"from": to_rfc3339(b.start), "to": to_rfc3339(b.end), "reason": b.reason}
+        for b in blackouts
+    ]
+
+
+def blackouts_from_json(data: Sequence[dict[str, Any]]) -> tuple[Blackout, ...]:
+    """What ``blackouts_to_json`` stored."""
+    return tuple(
+        Blackout(parse_rfc3339(b["from"]), parse_rfc3339(b["to"]), b.get("reason")) for b in data
+    )
+
+
+def next_blackout_after(blackouts: Sequence[Blackout], at: datetime) -> Blackout | None:
+    """The first blackout that starts after ``at``."""
+    index = bisect.bisect_right([b.start for b in blackouts], at)
+    return blackouts[index] if index < len(blackouts) else None
+
+
 @dataclass(frozen=True)
 class SchedulePolicy:
     overlap: OverlapPolicy
@@ -108,6 +154,8 @@ class SchedulePolicy:
     misfire_grace: timedelta = timedelta(milliseconds=DEFAULT_MISFIRE_GRACE_MS)
     jitter: timedelta = timedelta(0)
     """Each occurrence of the spec is due this much later at most (RS-9d)."""
+    blackouts: tuple[Blackout, ...] = ()
+    """Sorted, never overlapping (RS-10)."""
 
 
 @dataclass(frozen=True)
@@ -126,6 +174,8 @@ class SkippedRange:
     last: datetime
     count: int
     reason: str
+    detail: str | None = None
+    """What the decision names beyond its reason (a blackout's own reason)."""
 
 
 @dataclass(frozen=True)
@@ -139,11 +189,18 @@ class Plan:
     """When the next pass should look at this schedule again (None once it ended)."""
     ended: bool = False
     """The schedule reached ``end_at`` or ``max_occurrences``: it generates nothing more."""
+    skipped_ranges: list[SkippedRange] = field(default_factory=list)
+    """Fires inside blackouts (RS-10), one range per blackout and pass, and the missed
+    fires after a blackout that split a missed stretch (``missed`` is the first)."""
 
     @property
     def counted(self) -> int:
         """The spec's fires this plan decided, in any state (RS-9c counts them)."""
-        return len(self.occurrences) + (self.missed.count if self.missed else 0)
+        return (
+            len(self.occurrences)
+            + (self.missed.count if self.missed else 0)
+            + sum(r.count for r in self.skipped_ranges)
+        )
 
 
 def spec_from_json(data: dict[str, Any]) -> RecurrenceSpec:
@@ -220,6 +277,10 @@ def plan_occurrences(
     """Decide every fire after ``cursor`` up to ``now + lookahead``: generate, skip, or
     leave for a later pass.
 
+    * A fire inside a blackout (RS-10) is skipped, reason ``blackout``: the blackout's
+      fires up to the horizon are one range, and the schedule is looked at again when the
+      blackout ends, when the rest of its fires become a second range. A blackout wins
+      over lateness: its fires are never recorded as missed.
     * A fire reached more than ``misfire_grace`` after its time is *missed*. Under
       ``missed=skip``, and under ``catch_up`` for fires older than ``catch_up_window``,
       missed fires become one skipped range (reason ``missed``) and use no budget.
@@ -229,74 +290,117 @@ def plan_occurrences(
     * Named wall times that DST removed (``dst_gap=skip`` on fixed-time expressions) are
       returned in ``dst_skipped`` so that they are recorded, not silently lost.
     * The schedule ends (RS-9c) at the first fire after ``end_at``, or once ``remaining``
-      fires (what ``max_occurrences`` leaves) were decided, a missed range counting its
-      ``count``: nothing after is decided and ``next_fire_at`` is None.
+      fires (what ``max_occurrences`` leaves) were decided, a missed or blacked-out range
+      counting its ``count``: nothing after is decided and ``next_fire_at`` is None.
 
     A cap or window never stops a schedule: ``next_fire_at`` is always the next fire that
-    has not been decided, until the schedule ends.
+    has not been decided (or, inside a blackout, the first after it), until it ends.
     """
     horizon = now + lookahead
     missed_before = now - policy.misfire_grace  # strictly older than this is missed
-    until: datetime | None = None  # fires at or before this are skipped as missed
+    latest_missed: datetime | None = None  # fires at or before this are skipped as missed
     if policy.missed is MissedPolicy.SKIP:
-        until = missed_before - _TICK
+        latest_missed = missed_before - _TICK
     elif policy.catch_up_window is not None:
         # Catch-up reaches back less than the window: a fire exactly that old is out.
-        until = min(missed_before - _TICK, now - policy.catch_up_window)
-    if until is not None and end_at is not None:
-        until = min(until, end_at)
+        latest_missed = min(missed_before - _TICK, now - policy.catch_up_window)
+    if latest_missed is not None and end_at is not None:
+        latest_missed = min(latest_missed, end_at)
     left = remaining
-    missed = None
+    missed: SkippedRange | None = None
+    skipped_ranges: list[SkippedRange] = []
     dst_skipped: list[DstSkip] = []
-    if until is not None and until > cursor:
-        missed = skipped_range(spec, cursor, until, "missed", limit=left)
-        if _is_fixed_time(spec):
-            # A wall time DST removed is its own decision, also inside a missed stretch.
-            last_decided = missed.last if missed is not None else until
-            dst_skipped += [
-                skip
-                for skip in skipped_by_dst(spec, cursor, min(until, last_decided))
-                if not _has_fire_at(spec, skip.at)
-            ]
-        if missed is not None:
-            cursor = missed.last
-            if left is not None:
-                left -= missed.count
-        elif dst_skipped:
-            cursor = dst_skipped[-1].at
     occurrences: list[PlannedOccurrence] = []
     late_generated = 0
-    next_fire_at: datetime | None = None
-    ended = False
-    timeline = itertools.islice(iter_timeline(spec, cursor), _MAX_ITEMS_PER_PASS)
-    # Decide instant by instant: a fire and the DST skip of another wall time that land
-    # on the same instant are one decision (the fire), so a pass never splits them.
-    for at, group in itertools.groupby(timeline, key=lambda item: item.at):
-        items = list(group)
-        if left == 0 or (end_at is not None and at > end_at):
-            ended = True
-            break
-        if at > horizon:
-            next_fire_at = at
-            break
-        fire = next((item for item in items if isinstance(item, Fire)), None)
-        if fire is None:
-            skip = items[0]
-            assert isinstance(skip, DstSkip)
+    while True:
+        # Fires inside a blackout, from the cursor on: one range up to its end or the
+        # horizon. Past the horizon the schedule waits for the blackout's end.
+        first = first_fire_after(spec, cursor)
+        blackout = blackout_at(policy.blackouts, first.at) if first is not None else None
+        if first is not None and blackout is not None:
+            stop = min(blackout.end - _TICK, horizon)  # none decided before its time
+            if end_at is not None:
+                stop = min(stop, end_at)
+            stretch = skipped_range(spec, cursor, stop, "blackout", limit=left)
+            if stretch is not None:
+                skipped_ranges.append(replace(stretch, detail=blackout.reason))
+                cursor = stretch.last
+                if left is not None:
+                    left -= stretch.count
+                if stop < blackout.end - _TICK and left != 0:
+                    after = first_fire_after(spec, blackout.end - _TICK)
+                    if after is None or (end_at is not None and after.at > end_at):
+                        after = None
+                    plan = Plan(occurrences, missed, dst_skipped, cursor, None)
+                    return replace(
+                        plan,
+                        next_fire_at=after.at if after is not None else None,
+                        ended=after is None,
+                        skipped_ranges=skipped_ranges,
+                    )
+                continue
+        until = latest_missed
+        upcoming = next_blackout_after(policy.blackouts, cursor)
+        if until is not None and upcoming is not None:
+            until = min(until, upcoming.start - _TICK)  # the blackout's fires are its own
+        if until is not None and until > cursor:
+            stretch = skipped_range(spec, cursor, until, "missed", limit=left)
+            dst_from = len(dst_skipped)
             if _is_fixed_time(spec):
-                dst_skipped.append(skip)
+                # A wall time DST removed is its own decision, also inside a missed stretch.
+                last_decided = stretch.last if stretch is not None else until
+                dst_skipped += [
+                    skip
+                    for skip in skipped_by_dst(spec, cursor, min(until, last_decided))
+                    if not _has_fire_at(spec, skip.at)
+                ]
+            if stretch is not None:
+                if missed is None:
+                    missed = stretch
+                else:  # a blackout split the missed stretch: the part after it
+                    skipped_ranges.append(stretch)
+                cursor = stretch.last
+                if left is not None:
+                    left -= stretch.count
+            elif len(dst_skipped) > dst_from:
+                cursor = dst_skipped[-1].at
+        next_fire_at: datetime | None = None
+        ended = False
+        into_blackout = False
+        timeline = itertools.islice(iter_timeline(spec, cursor), _MAX_ITEMS_PER_PASS)
+        # Decide instant by instant: a fire and the DST skip of another wall time that
+        # land on the same instant are one decision (the fire), so a pass never splits them.
+        for at, group in itertools.groupby(timeline, key=lambda item: item.at):
+            items = list(group)
+            if left == 0 or (end_at is not None and at > end_at):
+                ended = True
+                break
+            if at > horizon:
+                next_fire_at = at
+                break
+            fire = next((item for item in items if isinstance(item, Fire)), None)
+            if fire is None:
+                skip = items[0]
+                assert isinstance(skip, DstSkip)
+                if _is_fixed_time(spec):
+                    dst_skipped.append(skip)
+                cursor = at
+                continue
+            if blackout_at(policy.blackouts, at) is not None:
+                into_blackout = True  # decided above, on the next turn
+                break
+            late = at < missed_before
+            if len(occurrences) >= budget or (late and late_generated >= policy.max_catch_up):
+                next_fire_at = at
+                break
+            occurrences.append(PlannedOccurrence(at, fire.nominal, fire.dst_adjustment, late))
+            late_generated += late
             cursor = at
+            if left is not None:
+                left -= 1
+        if into_blackout:
             continue
-        late = at < missed_before
-        if len(occurrences) >= budget or (late and late_generated >= policy.max_catch_up):
-            next_fire_at = at
-            break
-        occurrences.append(PlannedOccurrence(at, fire.nominal, fire.dst_adjustment, late))
-        late_generated += late
-        cursor = at
-        if left is not None:
-            left -= 1
-    return Plan(occurrences, missed, dst_skipped, cursor, next_fire_at, ended)
+        return Plan(occurrences, missed, dst_skipped, cursor, next_fire_at, ended, skipped_ranges)
 
 
 _TICK = timedelta(microseconds=1)
@@ -546,7 +650,7 @@ class ScheduleSettings:
     source: str | None = None
 
 
-SETTINGS = tuple(field.name for field in fields(ScheduleSettings))
+SETTINGS = tuple(f.name for f in fields(ScheduleSettings))
 """The attributes of a ``Schedule`` that are its settings (the rest is identity and state)."""
 
 

@@ -87,6 +87,8 @@ class ScheduledStart(StartRequest):
     run_id: str
     dispatch: DispatchRecord | None = None
     reason: str | None = None
+    reason_detail: str | None = None
+    """What the decision names beyond its reason (a blackout's own reason, RS-10)."""
     schedule_id: str | None = None
     """Set for occurrences of a schedule; None for one-off starts."""
     occurrence_at: datetime | None = None

@@ -347,6 +347,8 @@ class NewOccurrence:
     run_id: str
     state: str = "scheduled"
     reason: str | None = None
+    reason_detail: str | None = None
+    """What the decision names beyond its reason (a blackout's own reason, RS-10)."""
     range_last: datetime | None = None
     range_count: int | None = None
     origin: str = "schedule"

@@ -5,7 +5,7 @@ from __future__ import annotations
 from datetime import datetime
 from typing import Literal
 
-from pydantic import ConfigDict
+from pydantic import ConfigDict, Field
 
 from punctual.resources.base import (
     DstAdjustment,
@@ -134,12 +134,24 @@ class Schedule(Resource):
     """Of ``max_occurrences``; ``null`` without a limit."""
     jitter_ms: int
     """Each occurrence's ``scheduled_at`` is delayed by a deterministic amount below it."""
+    blackouts: list[Blackout] = []
+    """Windows in which none of its fires runs (recorded ``skipped``, reason ``blackout``)."""
     source: str | None
     """The ``source`` of the file ``punctual schedules apply`` last applied it from."""
     sync: ScheduleSync | None = None
     """With ``driver = "temporal_schedules"`` only; ``next_fire_times`` are then Temporal's."""
     created_at: datetime
     updated_at: datetime
+
+
+class Blackout(Resource):
+    """A window without fires: each fire with ``from <= instant < to`` is skipped."""
+
+    model_config = ConfigDict(populate_by_name=True)
+
+    start: datetime = Field(alias="from")
+    end: datetime = Field(alias="to")
+    reason: str | None = None
 
 
 class SchedulePage(Resource):
@@ -202,8 +214,10 @@ class Occurrence(Resource):
     dst_adjustment: DstAdjustment | None
     state: StartState
     reason: str | None
-    """Why it was skipped or canceled: ``overlap``, ``missed``, ``dst_gap``,
+    """Why it was skipped or canceled: ``overlap``, ``missed``, ``dst_gap``, ``blackout``,
     ``schedule_deleted``, ..."""
+    reason_detail: str | None = None
+    """What the decision names beyond its reason: the blackout's own reason."""
     version: int
     revision: int | None
     run_id: str | None

@@ -110,7 +110,7 @@ def _unsupported(field: str, message: str, code: str) -> InvalidRequest:
 
 
 def check_supported(
-    services: Services, spec: RecurrenceSpec, jitter: timedelta, *, stored: bool = False
+    services: Services, spec: RecurrenceSpec, policy: SchedulePolicy, *, stored: bool = False
 ) -> None:
     """Refuse what the Temporal Schedules driver cannot honour (a no-op on the SQL one).
     ``stored``: a record made before (under the SQL driver, or before this rule), whose
@@ -132,7 +132,14 @@ def check_supported(
                 "places interval fires on whole seconds); drop the fraction of a second",
                 "unsupported_by_driver",
             )
-    if jitter > timedelta(0):
+    if policy.blackouts:
+        raise _unsupported(
+            "blackouts",
+            "blackouts are not honoured by Temporal Schedules yet (a fire activity would have "
+            "to skip them); leave blackouts empty with this driver, or use the SQL driver",
+            "unsupported_by_driver",
+        )
+    if policy.jitter > timedelta(0):
         raise _unsupported(
             "jitter_ms",
             "jitter_ms cannot be honoured by Temporal Schedules (Temporal's jitter is random, "

@@ -8,12 +8,19 @@ from __future__ import annotations
 
 from collections.abc import Collection
 from dataclasses import fields
-from datetime import datetime
+from datetime import datetime, timedelta
 from typing import TYPE_CHECKING, Any
 
-from punctual.domain.recurrence import Fire, iter_fires
+from punctual.domain.recurrence import Fire
 from punctual.domain.runs import Definition, Run
-from punctual.domain.schedules import OccurrenceOrigin, Schedule, ScheduleState
+from punctual.domain.schedules import (
+    OccurrenceOrigin,
+    Schedule,
+    ScheduleState,
+    blackout_at,
+    first_fire_after,
+    skipped_range,
+)
 from punctual.domain.starts import LastError, ScheduledStart
 from punctual.domain.timeutil import to_rfc3339
 from punctual.ports.driver import SyncRecord, SyncState
@@ -150,17 +157,31 @@ def fire_view(fire: Fire) -> dict[str, Any]:
 
 
 def _upcoming(schedule: Schedule, now: datetime, state: ScheduleState) -> list[str | None]:
-    """The next 5 fire times (RS-8) the schedule's end still allows; none unless active."""
+    """The next 5 fire times (RS-8) that will run: inside the schedule's end and out of its
+    blackouts, whose fires count against ``max_occurrences`` too; none unless active."""
     if state is not ScheduleState.ACTIVE or schedule.deleted_at is not None:
         return []
-    count = 5
-    if schedule.remaining_occurrences is not None:
-        count = min(count, schedule.remaining_occurrences)
+    left = schedule.remaining_occurrences
+    blackouts = schedule.policy.blackouts
     upcoming: list[str | None] = []
-    for fire in iter_fires(schedule.spec, now):
-        if len(upcoming) >= count or (schedule.end_at is not None and fire.at > schedule.end_at):
+    cursor = now
+    while len(upcoming) < 5 and left != 0:
+        fire = first_fire_after(schedule.spec, cursor)
+        if fire is None or (schedule.end_at is not None and fire.at > schedule.end_at):
             break
+        blackout = blackout_at(blackouts, fire.at)
+        if blackout is not None:
+            # Jump over it, counting what it skips.
+            end = blackout.end - timedelta(microseconds=1)
+            skipped = skipped_range(schedule.spec, cursor, end, "blackout", limit=left)
+            if left is not None and skipped is not None:
+                left -= skipped.count
+            cursor = end
+            continue
         upcoming.append(ts(fire.at))
+        cursor = fire.at
+        if left is not None:
+            left -= 1
     return upcoming
 
 
@@ -221,6 +242,7 @@ def occurrence_view(
         "dst_adjustment": occurrence.dst_adjustment,
         "state": occurrence.state.value,
         "reason": occurrence.reason,
+        "reason_detail": occurrence.reason_detail,
         "version": occurrence.version,
         "revision": occurrence.revision,
         "run_id": occurrence.run_id if occurrence.dispatch is not None else None,

@@ -39,6 +39,7 @@ class GenerationReport:
     generated: int = 0
     missed: int = 0
     dst_skipped: int = 0
+    blacked_out: int = 0
 
 
 def generate(services: Services, budget: int) -> GenerationReport:
@@ -92,10 +93,15 @@ def generate(services: Services, budget: int) -> GenerationReport:
             rows.extend(_rows(schedule, encrypted, plan, now))
             report.schedules += 1
             report.generated += len(plan.occurrences)
-            report.missed += plan.missed.count if plan.missed else 0
+            missed = [plan.missed] if plan.missed is not None else []
+            missed += [r for r in plan.skipped_ranges if r.reason == "missed"]
+            report.missed += sum(r.count for r in missed)
+            report.blacked_out += sum(
+                r.count for r in plan.skipped_ranges if r.reason == "blackout"
+            )
             report.dst_skipped += len(plan.dst_skipped)
-            if plan.missed is not None:
-                missed_events.append((schedule, plan.missed.count))
+            if missed:
+                missed_events.append((schedule, sum(r.count for r in missed)))
         tx.starts.insert_occurrences(rows, now)
         if report.generated:
             services.crash_point("during_generation")
@@ -132,6 +138,7 @@ def _rows(
         )
     if plan.missed is not None:
         rows.append(skipped_range_row(schedule, encrypted, plan.missed))
+    rows += [skipped_range_row(schedule, encrypted, skipped) for skipped in plan.skipped_ranges]
     # A skip shares its instant with a fire only for expressions that name the gap's end
     # too; the unique key then keeps the fire, which is the decision that matters.
     rows += [dst_gap_row(schedule, encrypted, skip) for skip in plan.dst_skipped]

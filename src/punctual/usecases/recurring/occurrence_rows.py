@@ -22,6 +22,7 @@ def new_occurrence(
     dst_adjustment: str | None = None,
     state: StartState = StartState.SCHEDULED,
     reason: str | None = None,
+    reason_detail: str | None = None,
     range_last: datetime | None = None,
     range_count: int | None = None,
     origin: OccurrenceOrigin = OccurrenceOrigin.SCHEDULE,
@@ -47,6 +48,7 @@ def new_occurrence(
         run_id=new_id("run"),
         state=state.value,
         reason=reason,
+        reason_detail=reason_detail,
         range_last=range_last,
         range_count=range_count,
         origin=origin.value,
@@ -66,6 +68,7 @@ def skipped_range_row(
         skipped.first,
         state=StartState.SKIPPED,
         reason=skipped.reason,
+        reason_detail=skipped.detail,
         range_last=skipped.last,
         range_count=skipped.count,
     )

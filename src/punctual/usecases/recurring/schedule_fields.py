@@ -16,6 +16,7 @@ cases, which call the helpers below.
 
 from __future__ import annotations
 
+import itertools
 from collections.abc import Callable, Iterator, Mapping
 from dataclasses import dataclass, field, replace
 from datetime import datetime, timedelta
@@ -26,12 +27,15 @@ from annotated_types import Le, MaxLen, MinLen
 
 from punctual.domain.recurrence import IntervalSpec, RecurrenceError, RecurrenceSpec
 from punctual.domain.schedules import (
+    MAX_BLACKOUTS,
     MAX_CATCH_UP_LIMIT,
+    Blackout,
     MissedPolicy,
     OverlapPolicy,
     SchedulePolicy,
     ScheduleSettings,
     VersionPolicy,
+    blackouts_to_json,
     max_jitter_ms,
     spec_from_json,
     spec_to_json,
@@ -317,6 +321,64 @@ def _instant(value: datetime | None) -> str | None:
     return to_rfc3339(value) if value is not None else None
 
 
+BLACKOUT_REASON_MAX = 200
+
+
+def _blackout_problem(
+    where: tuple[str | int, ...], message: str, kind: str = "value_error"
+) -> InvalidRequest:
+    """A refusal naming the place in ``blackouts`` (``blackouts[2].to``) and its path."""
+    name = "blackouts" + "".join(f"[{p}]" if isinstance(p, int) else f".{p}" for p in where)
+    return InvalidRequest(
+        f"{name} {message}",
+        errors=[{"loc": ["body", "blackouts", *where], "msg": message, "type": kind}],
+    )
+
+
+def decode_blackouts(value: Any) -> tuple[Blackout, ...]:
+    """Up to ``MAX_BLACKOUTS`` windows ``{"from", "to", "reason"?}``: instants with an
+    offset, ``from`` before ``to``; sorted here, and two that overlap are refused."""
+    if not isinstance(value, list) or len(value) > MAX_BLACKOUTS:
+        raise _blackout_problem((), f"must be a list of at most {MAX_BLACKOUTS} windows")
+    windows: list[Blackout] = []
+    for index, item in enumerate(value):
+        if not isinstance(item, Mapping) or set(item) - {"from", "to", "reason"}:
+            raise _blackout_problem(
+                (index,), 'must be {"from": instant, "to": instant, "reason"?: text}'
+            )
+        bounds: list[datetime] = []
+        for bound in ("from", "to"):
+            text = item.get(bound)
+            try:
+                if not isinstance(text, str):
+                    raise ValueError(bound)
+                bounds.append(require_aware(parse_rfc3339(text)))
+            except ValueError:
+                raise _blackout_problem(
+                    (index, bound), "must be an instant with a UTC offset or Z", "datetime"
+                ) from None
+        start, end = bounds
+        if end <= start:
+            raise _blackout_problem((index, "to"), "must be after its from (not reversed)")
+        reason = item.get("reason")
+        if reason is not None and (
+            not isinstance(reason, str) or not 1 <= len(reason) <= BLACKOUT_REASON_MAX
+        ):
+            raise _blackout_problem(
+                (index, "reason"), f"must be 1 to {BLACKOUT_REASON_MAX} characters", "value"
+            )
+        windows.append(Blackout(start, end, reason))
+    windows.sort(key=lambda b: b.start)
+    for earlier, later in itertools.pairwise(windows):
+        if later.start < earlier.end:
+            raise _blackout_problem(
+                (),
+                f"must not overlap: {to_rfc3339(earlier.start)} to {to_rfc3339(earlier.end)} "
+                f"and {to_rfc3339(later.start)} to {to_rfc3339(later.end)}; join them into one",
+            )
+    return tuple(windows)
+
+
 Name = Annotated[str, MinLen(1), MaxLen(NAME_MAX)]
 Count = Annotated[int, Le(BIGINT_MAX)]
 
@@ -378,6 +440,14 @@ FIELDS: tuple[Field, ...] = (
         encode=_milliseconds_of,
         default=0,
         json=Count,
+    ),
+    _policy(
+        "blackouts",
+        "blackouts",
+        decode_blackouts,
+        encode=blackouts_to_json,
+        default=[],
+        json=Annotated[list[dict[str, Any]], MaxLen(MAX_BLACKOUTS)],
     ),
     _attribute(
         "source",

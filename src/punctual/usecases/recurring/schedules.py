@@ -84,7 +84,7 @@ def decide_create(
     spec = settle_spec(settings.spec, whole_second(now))
     check_end_at(settings.end_at, now)
     check_jitter(settings.policy.jitter, spec, now)
-    schedule_driver.check_supported(services, spec, settings.policy.jitter)
+    schedule_driver.check_supported(services, spec, settings.policy)
     active_version = _check_input(tx, settings.workflow, cmd.input)
     require(principal, Action.CREATE)
     admit_input_and_class(services, principal.tenant, settings.workload_class, cmd.input)
@@ -197,7 +197,7 @@ def decide_update(
     if "jitter_ms" in sent or ("spec" in sent and desired.policy.jitter):
         check_jitter(desired.policy.jitter, spec, now)
     stored = "spec" not in sent  # kept as it is: as the driver honours records
-    schedule_driver.check_supported(services, spec, desired.policy.jitter, stored=stored)
+    schedule_driver.check_supported(services, spec, desired.policy, stored=stored)
     if "end_at" in sent:
         check_end_at(desired.end_at, now)
     # Every setting the edit touches; the policy only when it differs (one value, many fields).
@@ -263,7 +263,10 @@ def decide_update(
         changes["cursor"] = cursor
         if dropped is not None:
             changes["fires_counted"] = fires_counted
-    bounds_moved = bool({"spec", "end_at", "max_occurrences"} & set(changes))
+    # Blackouts decide which fires run: the next pass looks again from the cursor.
+    bounds_moved = bool({"spec", "end_at", "max_occurrences"} & set(changes)) or (
+        "blackouts" in sent
+    )
     if bounds_moved or (enabling and not schedule.enabled):
         changes["next_fire_at"] = next_bounded_fire(spec, cursor, end_at, remaining)
     if "version_policy" in changes or "workflow" in changes:

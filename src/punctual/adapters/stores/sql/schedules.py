@@ -27,6 +27,8 @@ from punctual.domain.schedules import (
     Schedule,
     SchedulePolicy,
     VersionPolicy,
+    blackouts_from_json,
+    blackouts_to_json,
     spec_from_json,
     spec_to_json,
 )
@@ -76,6 +78,7 @@ def schedule_from_row(row: RowMapping) -> Schedule:
             catch_up_window=timedelta(seconds=window) if window is not None else None,
             misfire_grace=timedelta(milliseconds=row["misfire_grace_ms"]),
             jitter=timedelta(milliseconds=row["jitter_ms"]),
+            blackouts=blackouts_from_json(row["blackouts"] or []),
         ),
         enabled=bool(row["enabled"]),
         version=row["version"],
@@ -109,6 +112,7 @@ def policy_columns(policy: SchedulePolicy) -> dict[str, Any]:
         "catch_up_window_seconds": window.total_seconds() if window is not None else None,
         "misfire_grace_ms": policy.misfire_grace // _MILLISECOND,
         "jitter_ms": policy.jitter // _MILLISECOND,
+        "blackouts": blackouts_to_json(policy.blackouts),
     }
 
 

@@ -146,6 +146,8 @@ starts = sa.Table(
     sa.Column("next_attempt_at", UTCDateTime),
     sa.Column("last_error", JSONType),
     sa.Column("reason", sa.String(300)),
+    # What a decision names beyond its reason: a blackout's own reason (RS-10).
+    sa.Column("reason_detail", sa.String(300)),
     sa.Column("created_by", sa.String(200), nullable=False),
     sa.Column("created_at", UTCDateTime, nullable=False),
     sa.Column("updated_at", UTCDateTime, nullable=False),
@@ -282,6 +284,8 @@ schedules = sa.Table(
     sa.Column("fires_counted", sa.BigInteger, nullable=False, server_default=sa.text("0")),
     sa.Column("jitter_ms", sa.BigInteger, nullable=False, server_default=sa.text("0")),
     sa.Column("source", sa.String(200)),
+    # Windows without fires (RS-10): [{"from", "to", "reason"}], sorted, never overlapping.
+    sa.Column("blackouts", JSONType, nullable=False, server_default=sa.text("'[]'")),
     # A name is unique among a tenant's live schedules (deleted ones keep their history).
     _partial_index(
         "uq_schedules_live_name", "tenant", "name", where="deleted_at IS NULL", unique=True

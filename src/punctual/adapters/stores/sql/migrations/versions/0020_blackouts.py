@@ -1,0 +1,42 @@
+"""blackouts: windows in which a schedule fires nothing (RS-10)
+
+``schedules.blackouts`` holds a schedule's windows as JSON (``[]`` for every existing
+schedule); ``starts.reason_detail`` what a skipped occurrence's decision names beyond its
+reason (a blackout's own reason).
+
+Revision ID: 0020
+Revises: 0019
+Create Date: 2026-12-05
+"""
+
+from __future__ import annotations
+
+import sqlalchemy as sa
+from alembic import op
+from sqlalchemy.dialects import postgresql
+
+revision = "0020"
+down_revision = "0019"
+branch_labels = None
+depends_on = None
+
+_JSON = sa.JSON().with_variant(postgresql.JSONB(), "postgresql")
+
+
+def upgrade() -> None:
+    with op.batch_alter_table("schedules") as batch:
+        batch.add_column(
+            sa.Column("blackouts", _JSON, nullable=False, server_default=sa.text("'[]'"))
+        )
+    with op.batch_alter_table("starts") as batch:
+        batch.add_column(sa.Column("reason_detail", sa.String(300)))
+
+
+def downgrade() -> None:
+    if op.get_bind().dialect.name == "sqlite":
+        # In place: a batch would copy ``starts`` and lose its counter triggers (0008).
+        op.execute("ALTER TABLE starts DROP COLUMN reason_detail")
+    else:
+        op.drop_column("starts", "reason_detail")
+    with op.batch_alter_table("schedules") as batch:
+        batch.drop_column("blackouts")
