@@ -148,6 +148,12 @@ def test_refusals_name_the_field_and_the_driver(api: Api) -> None:
         "driver": "temporal_schedules",
     }
     window = [{"from": "2027-12-24T00:00:00Z", "to": "2027-12-27T00:00:00Z"}]
+    resting = api.post("/schedules", named("resting", pause_until="2099-01-01T00:00:00Z"))
+    assert resting.status_code == 422, resting.text
+    assert resting.json()["error"]["details"] == {
+        "field": "pause_until",
+        "driver": "temporal_schedules",
+    }
     frozen = api.post("/schedules", named("frozen", blackouts=window))
     assert frozen.status_code == 422, frozen.text
     assert frozen.json()["error"]["code"] == "unsupported_by_driver"

@@ -87,6 +87,7 @@ def _other_value(name: str) -> Any:
             {"from": "2026-12-01T00:00:00Z", "to": "2026-12-02T00:00:00Z", "reason": "freeze"},
         ],
         "source": "deploy/schedules.toml",
+        "pause_until": "2027-01-04T08:00:00+01:00",
     }[name]
 
 
@@ -114,6 +115,7 @@ def test_the_view_is_the_request_form_of_every_field() -> None:
     assert view["regression"] == {
         "metrics": [{"path": "score", "better": "higher", "tolerance": 0.0}]
     }
+    assert view["pause_until"] == "2027-01-04T07:00:00.000Z"
     assert view["blackouts"] == [  # sorted, in UTC
         {"from": "2026-12-01T00:00:00.000Z", "to": "2026-12-02T00:00:00.000Z", "reason": "freeze"},
         {"from": "2026-12-23T23:00:00.000Z", "to": "2027-01-01T23:00:00.000Z", "reason": None},

@@ -75,6 +75,7 @@ def schedule_block(schedule: Schedule) -> list[str]:
             ("remaining", schedule.remaining_occurrences),
             ("jitter ms", schedule.jitter_ms or None),
             ("blackouts", blackouts_text(schedule)),
+            ("paused until", schedule.paused_until),
             ("source", schedule.source),
             ("created by", schedule.created_by),
             ("last fired", schedule.last_fired_at),

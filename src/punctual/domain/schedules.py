@@ -648,6 +648,8 @@ class ScheduleSettings:
     end_at: datetime | None = None
     max_occurrences: int | None = None
     source: str | None = None
+    pause_until: datetime | None = None
+    """Paused until this instant, then it resumes by itself under its missed policy."""
 
 
 SETTINGS = tuple(f.name for f in fields(ScheduleSettings))
@@ -689,6 +691,12 @@ class Schedule:
     """The spec's fires decided so far: generated, or skipped as missed or by an edit."""
     source: str | None = None
     """The name of the file of schedules it was last applied from (RS-9e), for prune."""
+    pause_until: datetime | None = None
+    """Paused until this instant (RS-10); it resumes by itself once it has passed."""
+
+    def paused_at(self, now: datetime) -> bool:
+        """Whether a timed pause holds it at ``now``."""
+        return self.pause_until is not None and now < self.pause_until
 
     @property
     def remaining_occurrences(self) -> int | None:

@@ -136,6 +136,10 @@ class Schedule(Resource):
     """Each occurrence's ``scheduled_at`` is delayed by a deterministic amount below it."""
     blackouts: list[Blackout] = []
     """Windows in which none of its fires runs (recorded ``skipped``, reason ``blackout``)."""
+    pause_until: datetime | None = None
+    """A timed pause as it was set (kept once passed)."""
+    paused_until: datetime | None = None
+    """While a timed pause holds it (``state: paused``): when it resumes by itself."""
     source: str | None
     """The ``source`` of the file ``punctual schedules apply`` last applied it from."""
     sync: ScheduleSync | None = None

@@ -121,7 +121,13 @@ def _heal(services: Services, schedule: Schedule, view: Any, was_orphaned: bool)
     result = "in_sync"
     if not matches:
         try:
-            schedule_driver.check_supported(services, schedule.spec, schedule.policy, stored=True)
+            schedule_driver.check_supported(
+                services,
+                schedule.spec,
+                schedule.policy,
+                pause_until=schedule.pause_until,
+                stored=True,
+            )
             times = services.driver.ensure(wanted)
         except InvalidRequest:
             # Made under the SQL driver with what Temporal cannot honour: left drifted.

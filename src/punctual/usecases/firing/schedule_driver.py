@@ -110,7 +110,12 @@ def _unsupported(field: str, message: str, code: str) -> InvalidRequest:
 
 
 def check_supported(
-    services: Services, spec: RecurrenceSpec, policy: SchedulePolicy, *, stored: bool = False
+    services: Services,
+    spec: RecurrenceSpec,
+    policy: SchedulePolicy,
+    *,
+    pause_until: datetime | None = None,
+    stored: bool = False,
 ) -> None:
     """Refuse what the Temporal Schedules driver cannot honour (a no-op on the SQL one).
     ``stored``: a record made before (under the SQL driver, or before this rule), whose
@@ -132,6 +137,13 @@ def check_supported(
                 "places interval fires on whole seconds); drop the fraction of a second",
                 "unsupported_by_driver",
             )
+    if pause_until is not None:
+        raise _unsupported(
+            "pause_until",
+            "pause_until is not honoured by Temporal Schedules yet (the Temporal Schedule "
+            "would have to resume itself); pause and resume the schedule instead",
+            "unsupported_by_driver",
+        )
     if policy.blackouts:
         raise _unsupported(
             "blackouts",

@@ -210,6 +210,9 @@ def schedule_view(
 
 def _schedule_fields(schedule: Schedule, now: datetime) -> dict[str, Any]:
     state = schedule.state
+    paused_until = schedule.pause_until if schedule.paused_at(now) else None
+    if paused_until is not None and state is ScheduleState.ACTIVE:
+        state = ScheduleState.PAUSED
     return {
         "id": schedule.id,
         **view_of(schedule.settings),
@@ -222,6 +225,7 @@ def _schedule_fields(schedule: Schedule, now: datetime) -> dict[str, Any]:
         "last_status": schedule.last_status,
         "next_fire_times": _upcoming(schedule, now, state),
         "state": state.value,
+        "paused_until": ts(paused_until),
         "remaining_occurrences": schedule.remaining_occurrences,
         "created_at": ts(schedule.created_at),
         "updated_at": ts(schedule.updated_at),

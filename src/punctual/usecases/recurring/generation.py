@@ -62,6 +62,12 @@ def generate(services: Services, budget: int) -> GenerationReport:
             if budget_left <= 0:
                 break
             schedule = claimed.schedule
+            if schedule.paused_at(now):
+                # A timed pause (RS-10): nothing is decided; the pass that comes once it is
+                # over plans from the cursor, under the missed policy.
+                waiting = Plan([], None, [], schedule.cursor, schedule.pause_until)
+                planned.append((schedule, claimed.input, waiting))
+                continue
             plan = plan_occurrences(
                 schedule.spec,
                 schedule.policy,

@@ -321,6 +321,28 @@ def _instant(value: datetime | None) -> str | None:
     return to_rfc3339(value) if value is not None else None
 
 
+def _pause_until(value: Any) -> datetime | None:
+    """An instant with an offset, or null; ``check_pause_until`` holds it to the future."""
+    if value is None:
+        return None
+    try:
+        return parse_rfc3339(value) if isinstance(value, str) else require_aware(value)
+    except (TypeError, ValueError, AttributeError, OverflowError):
+        raise _problem(
+            "pause_until", "must be an instant with a UTC offset or Z, or null", "datetime"
+        ) from None
+
+
+def check_pause_until(pause_until: datetime | None, now: datetime) -> None:
+    """A pause that would already be over is a mistake, refused by name."""
+    if pause_until is not None and pause_until <= now:
+        raise _problem(
+            "pause_until",
+            f"must be in the future (it is {to_rfc3339(pause_until)}, now is "
+            f"{to_rfc3339(now)}); to resume now, resume the schedule",
+        )
+
+
 BLACKOUT_REASON_MAX = 200
 
 
@@ -448,6 +470,14 @@ FIELDS: tuple[Field, ...] = (
         encode=blackouts_to_json,
         default=[],
         json=Annotated[list[dict[str, Any]], MaxLen(MAX_BLACKOUTS)],
+    ),
+    _attribute(
+        "pause_until",
+        _pause_until,
+        encode=_instant,
+        default=None,
+        kept=True,
+        json=datetime,
     ),
     _attribute(
         "source",

@@ -44,6 +44,7 @@ from punctual.usecases.recurring.schedule_fields import (
     UpdateSchedule,
     check_end_at,
     check_jitter,
+    check_pause_until,
     decode_spec,
     settle_spec,
     whole_second,
@@ -83,8 +84,11 @@ def decide_create(
     settings = cmd.settings
     spec = settle_spec(settings.spec, whole_second(now))
     check_end_at(settings.end_at, now)
+    check_pause_until(settings.pause_until, now)
     check_jitter(settings.policy.jitter, spec, now)
-    schedule_driver.check_supported(services, spec, settings.policy)
+    schedule_driver.check_supported(
+        services, spec, settings.policy, pause_until=settings.pause_until
+    )
     active_version = _check_input(tx, settings.workflow, cmd.input)
     require(principal, Action.CREATE)
     admit_input_and_class(services, principal.tenant, settings.workload_class, cmd.input)
@@ -197,9 +201,13 @@ def decide_update(
     if "jitter_ms" in sent or ("spec" in sent and desired.policy.jitter):
         check_jitter(desired.policy.jitter, spec, now)
     stored = "spec" not in sent  # kept as it is: as the driver honours records
-    schedule_driver.check_supported(services, spec, desired.policy, stored=stored)
+    schedule_driver.check_supported(
+        services, spec, desired.policy, pause_until=desired.pause_until, stored=stored
+    )
     if "end_at" in sent:
         check_end_at(desired.end_at, now)
+    if "pause_until" in sent:
+        check_pause_until(desired.pause_until, now)
     # Every setting the edit touches; the policy only when it differs (one value, many fields).
     changes: dict[str, Any] = {
         name: getattr(desired, name)
@@ -217,7 +225,7 @@ def decide_update(
         _check_input(tx, workflow, cmd.changes[INPUT])
     elif "workflow" in sent:
         require_active(tx, workflow)
-    content_edit = set(cmd.changes) - {"enabled"}
+    content_edit = set(cmd.changes) - {"enabled", "pause_until"}  # operating it (CR-2)
     if content_edit:
         require(principal, Action.EDIT_SCHEDULE, owner=schedule.created_by)
     else:
@@ -264,8 +272,9 @@ def decide_update(
         if dropped is not None:
             changes["fires_counted"] = fires_counted
     # Blackouts decide which fires run: the next pass looks again from the cursor.
-    bounds_moved = bool({"spec", "end_at", "max_occurrences"} & set(changes)) or (
-        "blackouts" in sent
+    # Blackouts and a timed pause decide which fires run: the next pass looks again.
+    bounds_moved = bool({"spec", "end_at", "max_occurrences"} & set(changes)) or bool(
+        {"blackouts", "pause_until"} & set(sent)
     )
     if bounds_moved or (enabling and not schedule.enabled):
         changes["next_fire_at"] = next_bounded_fire(spec, cursor, end_at, remaining)
@@ -296,7 +305,10 @@ def set_enabled(
     services: Services, principal: Principal, schedule_id: str, version: int, enabled: bool
 ) -> Mutation:
     """Pause keeps the cursor; resume applies the missed policy from it (RS-6)."""
-    return update(services, principal, UpdateSchedule(schedule_id, version, {"enabled": enabled}))
+    changes: dict[str, Any] = {"enabled": enabled}
+    if enabled:
+        changes["pause_until"] = None  # resuming ends a timed pause too
+    return update(services, principal, UpdateSchedule(schedule_id, version, changes))
 
 
 def delete(services: Services, principal: Principal, schedule_id: str, version: int) -> Mutation:

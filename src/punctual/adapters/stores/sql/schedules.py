@@ -100,6 +100,7 @@ def schedule_from_row(row: RowMapping) -> Schedule:
         max_occurrences=row["max_occurrences"],
         fires_counted=row["fires_counted"],
         source=row["source"],
+        pause_until=row["pause_until"],
     )
 
 

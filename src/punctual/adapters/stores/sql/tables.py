@@ -286,6 +286,8 @@ schedules = sa.Table(
     sa.Column("source", sa.String(200)),
     # Windows without fires (RS-10): [{"from", "to", "reason"}], sorted, never overlapping.
     sa.Column("blackouts", JSONType, nullable=False, server_default=sa.text("'[]'")),
+    # Paused until then (RS-10); kept once passed, when it no longer holds the schedule.
+    sa.Column("pause_until", UTCDateTime),
     # A name is unique among a tenant's live schedules (deleted ones keep their history).
     _partial_index(
         "uq_schedules_live_name", "tenant", "name", where="deleted_at IS NULL", unique=True

@@ -1,8 +1,9 @@
-"""blackouts: windows in which a schedule fires nothing (RS-10)
+"""blackouts and pause_until: windows in which a schedule fires nothing, a timed pause (RS-10)
 
 ``schedules.blackouts`` holds a schedule's windows as JSON (``[]`` for every existing
-schedule); ``starts.reason_detail`` what a skipped occurrence's decision names beyond its
-reason (a blackout's own reason).
+schedule), ``schedules.pause_until`` the end of a timed pause (null: none);
+``starts.reason_detail`` what a skipped occurrence's decision names beyond its reason (a
+blackout's own reason).
 
 Revision ID: 0020
 Revises: 0019
@@ -14,6 +15,8 @@ from __future__ import annotations
 import sqlalchemy as sa
 from alembic import op
 from sqlalchemy.dialects import postgresql
+
+from punctual.adapters.stores.sql import column_types
 
 revision = "0020"
 down_revision = "0019"
@@ -28,6 +31,7 @@ def upgrade() -> None:
         batch.add_column(
             sa.Column("blackouts", _JSON, nullable=False, server_default=sa.text("'[]'"))
         )
+        batch.add_column(sa.Column("pause_until", column_types.UTCDateTime(), nullable=True))
     with op.batch_alter_table("starts") as batch:
         batch.add_column(sa.Column("reason_detail", sa.String(300)))
 
@@ -39,4 +43,5 @@ def downgrade() -> None:
     else:
         op.drop_column("starts", "reason_detail")
     with op.batch_alter_table("schedules") as batch:
+        batch.drop_column("pause_until")
         batch.drop_column("blackouts")
