@@ -121,36 +121,24 @@ def _ended_since(
     raise AssertionError(f"no follow-through within {waited_for} s (a run ended: {ended_at})")
 
 
-@pytest.mark.parametrize("store", ["sqlite", pytest.param("postgres", marks=pytest.mark.postgres)])
-def test_a_run_that_ends_in_this_process_wakes_its_follow_through(
-    store: str, request: pytest.FixtureRequest, tmp_path: Path
+@pytest.mark.parametrize(
+    ("store", "worker_apart"),
+    [
+        ("sqlite", False),
+        pytest.param("postgres", False, marks=pytest.mark.postgres),
+        pytest.param("postgres", True, marks=pytest.mark.postgres),
+    ],
+)
+def test_a_run_that_ends_wakes_its_follow_through(
+    store: str, worker_apart: bool, request: pytest.FixtureRequest, tmp_path: Path
 ) -> None:
-    """One ``serve``: the worker's recording rings the follow-through, which otherwise
-    sleeps half of ``max_idle_seconds`` (30 s here)."""
+    """The worker's recording rings the follow-through, which otherwise sleeps half of
+    ``max_idle_seconds`` (30 s here): in one ``serve``, and from a worker in another
+    process (PostgreSQL's NOTIFY, the only path between two systems)."""
     url = request.getfixturevalue("sqlite_url" if store == "sqlite" else "pg_url")
-    system = bootstrap.build(
-        make_settings(url, tmp_path, runner={"max_idle_seconds": IDLE_SECONDS})
-    )
-    try:
-        system.start_worker("punctual.demo:app", slots=2)
-        schedule_id = _schedule_every_second(system)
-        system.start_runner()
-        ended, judged = _ended_since(system, schedule_id, 40)
-        assert judged - ended < IDLE_SECONDS / 4, (ended, judged)
-    finally:
-        system.close()
-
-
-@pytest.mark.postgres
-def test_a_run_that_ends_in_another_process_wakes_the_follow_through(
-    pg_url: str, tmp_path: Path
-) -> None:
-    def part() -> bootstrap.Punctual:
-        return bootstrap.build(
-            make_settings(pg_url, tmp_path, runner={"max_idle_seconds": IDLE_SECONDS})
-        )
-
-    runner, worker = part(), part()
+    settings = make_settings(url, tmp_path, runner={"max_idle_seconds": IDLE_SECONDS})
+    runner = bootstrap.build(settings)
+    worker = bootstrap.build(settings) if worker_apart else runner
     try:
         worker.start_worker("punctual.demo:app", slots=2)
         schedule_id = _schedule_every_second(runner)
@@ -158,7 +146,8 @@ def test_a_run_that_ends_in_another_process_wakes_the_follow_through(
         ended, judged = _ended_since(runner, schedule_id, 40)
         assert judged - ended < IDLE_SECONDS / 4, (ended, judged)
     finally:
-        worker.close()
+        if worker_apart:
+            worker.close()
         runner.close()
 
 

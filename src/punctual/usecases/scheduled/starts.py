@@ -15,7 +15,7 @@ from __future__ import annotations
 
 import secrets
 from collections.abc import Callable, Sequence
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, fields
 from datetime import datetime
 from typing import Any
 
@@ -24,6 +24,7 @@ from punctual.domain.permissions import Action, Principal, require
 from punctual.domain.runs import Definition
 from punctual.domain.starts import (
     ScheduledStart,
+    StartRequest,
     StartState,
     check_mutable,
     validate_new_start_at,
@@ -253,16 +254,9 @@ def create_in_one_trip(
 
 def _as_inserted(new: NewStart, now: datetime) -> ScheduledStart:
     """The start as the store's insert returns it (``Starts.insert_many``)."""
+    requested = {f.name: getattr(new, f.name) for f in fields(StartRequest)}
     return ScheduledStart(
-        id=new.id,
-        tenant=new.tenant,
-        workflow=new.workflow,
-        business_request_id=new.business_request_id,
-        start_at=new.start_at,
-        time_zone=new.time_zone,
-        workload_class=new.workload_class,
-        attributes=dict(new.attributes),
-        traceparent=new.traceparent,
+        **requested | {"attributes": dict(new.attributes)},
         state=StartState.SCHEDULED,
         version=1,
         attempts=0,
