@@ -27,6 +27,8 @@ from punctual import bootstrap
 from punctual.adapters.stores.sql import tables as t
 from punctual.domain.permissions import Role
 from punctual.domain.runs import DefinitionState
+from punctual.errors import Unavailable
+from punctual.ports.store import OneTripAnswer, OneTripCreate, OneTripOutcome
 from tests.conftest import make_settings
 from tests.support.api import Api, echo_start, member_api, register_demo
 from tests.support.cost import counting
@@ -68,6 +70,21 @@ def key_row(system: bootstrap.Punctual, key: str) -> Any:
     query = sa.select(t.idempotency_keys).where(t.idempotency_keys.c.key == key)
     with system.store.engine.connect() as conn:
         return conn.execute(query).mappings().first()
+
+
+def counted_one_trips(system: bootstrap.Punctual) -> list[int]:
+    """Counts the one trips of ``system`` that created (1) or answered otherwise (0)."""
+    seen: list[int] = []
+    store = system.store
+    original = store.create_in_one_trip
+
+    def counting(request: OneTripCreate) -> OneTripAnswer | None:
+        answer = original(request)
+        seen.append(int(answer is not None and answer.outcome is OneTripOutcome.CREATED))
+        return answer
+
+    store.create_in_one_trip = counting  # type: ignore[method-assign]
+    return seen
 
 
 def test_a_create_is_one_statement_and_answers_as_the_transaction_path(
@@ -177,6 +194,7 @@ def test_the_exact_quota_admits_exactly_the_limit_across_two_processes(
     assert first.services.quota.one_trip == "lock_and_count"
     with TestClient(first.http_app()) as a, TestClient(second.http_app()) as b:
         apis = [warmed(first, a), warmed(second, b)]  # two pending: room for `limit - 1`
+        created_in_one_trip = [counted_one_trips(first), counted_one_trips(second)]
         gate = threading.Barrier(attempts, timeout=30)
 
         def create(number: int) -> int:
@@ -188,6 +206,8 @@ def test_the_exact_quota_admits_exactly_the_limit_across_two_processes(
             statuses = list(pool.map(create, range(attempts)))
     assert sorted(statuses) == [201] * (limit - 1) + [429] * (attempts - limit + 1), statuses
     assert starts_of(first) == limit + 1
+    # The one trip decided (it did not leave everything to the transaction path).
+    assert sum(created_in_one_trip[0]) + sum(created_in_one_trip[1]) >= 1
 
 
 def test_racing_requests_with_one_key_make_one_start(
@@ -196,6 +216,7 @@ def test_racing_requests_with_one_key_make_one_start(
     first, second = systems(), systems()
     with TestClient(first.http_app()) as a, TestClient(second.http_app()) as b:
         apis = [warmed(first, a), warmed(second, b)]
+        trips = [counted_one_trips(first), counted_one_trips(second)]
         body = echo_start(business_request_id="same")
         gate = threading.Barrier(8, timeout=30)
 
@@ -209,12 +230,16 @@ def test_racing_requests_with_one_key_make_one_start(
     assert {status for status, _ in answers} == {201}, answers
     assert len({answer["id"] for _, answer in answers}) == 1
     assert starts_of(first) == 3  # two warm-ups and the one
+    assert sum(trips[0]) + sum(trips[1]) <= 1  # at most one trip created it
+    assert len(trips[0]) + len(trips[1]) >= 1  # and the one trip was tried
 
 
 def test_a_key_held_by_an_open_transaction_is_waited_for_within_the_bounded_wait(
     systems: Callable[..., bootstrap.Punctual], pg_url: str
 ) -> None:
-    system = systems(api_wait_seconds=1)
+    """The one trip waits for the key, then the transaction path does: together within
+    the one bounded wait (4 s), not one after the other (6 s)."""
+    system = systems(api_wait_seconds=4)
     with TestClient(system.http_app()) as client:
         api = warmed(system, client)
         holder = psycopg.connect(pg_url)
@@ -232,9 +257,9 @@ def test_a_key_held_by_an_open_transaction_is_waited_for_within_the_bounded_wait
             waited = (datetime.now(UTC) - began).total_seconds()
             assert waiting.status_code == 202, waiting.text
             assert waiting.json() == {"status": "in_progress"}
-            assert waited < 5, waited
+            assert 3.9 <= waited < 5.5, waited
         finally:
-            holder.rollback()  # the other request gave up: the key is free again
+            holder.rollback()  # the key is free again; the waiting request carries on
             holder.close()
         created = api.post("/scheduled-starts", body, key="k-held")
         assert created.status_code == 201, created.text
@@ -284,3 +309,45 @@ def test_a_create_due_later_wakes_nobody(
             assert api.post("/scheduled-starts", echo_start(start_at=later)).status_code == 201
             heard = next(listener.notifies(timeout=1, stop_after=1), None)
     assert heard is None
+
+
+def test_no_connection_in_time_is_the_bounded_wait_not_a_500(
+    systems: Callable[..., bootstrap.Punctual],
+) -> None:
+    """Every connection of the pool held: the create answers 202 within the bounded wait,
+    as the transaction path does, never a server error."""
+    system = systems(api_wait_seconds=1)
+    with TestClient(system.http_app()) as client:
+        api = warmed(system, client)
+        engine = system.store.engine
+        held = [engine.connect() for _ in range(engine.pool.size() + engine.pool._max_overflow)]  # type: ignore[attr-defined]
+        try:
+            began = datetime.now(UTC)
+            waiting = api.post("/scheduled-starts", echo_start(), once=True)
+            waited = (datetime.now(UTC) - began).total_seconds()
+        finally:
+            for conn in held:
+                conn.close()
+        assert waiting.status_code == 202, waiting.text
+        assert waited < 3, waited
+
+
+def test_a_seal_that_fails_is_answered_after_the_quota_and_sealed_once(
+    systems: Callable[..., bootstrap.Punctual], monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """The one trip seals first; when that fails the transaction path answers the failure
+    at its own seal step: a full quota is still 429, not the codec's 503."""
+    system = systems(tenant_defaults={"max_pending_starts": 1})
+    with TestClient(system.http_app()) as client:
+        api = warmed(system, client)  # the tenant's one pending start
+        codec = system.services.codec
+        calls: list[int] = []
+
+        def unavailable(*args: Any, **kwargs: Any) -> Any:
+            calls.append(1)
+            raise Unavailable("the key store is briefly unreachable", code="store_unavailable")
+
+        monkeypatch.setattr(codec, "encrypt", unavailable)
+        refused = api.post("/scheduled-starts", echo_start(business_request_id="full"))
+        assert refused.status_code == 429, refused.text
+        assert len(calls) == 1

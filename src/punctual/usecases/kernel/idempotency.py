@@ -225,8 +225,14 @@ class MutationRunner:
         principal: str,
         requests: Sequence[tuple[str, str]],
         mutation: BatchMutation,
+        *,
+        first: Callable[[], ItemResult | None] | None = None,
     ) -> list[ItemResult]:
         """Replay or decide each ``(key, fingerprint)`` request in one transaction.
+
+        ``first``, for a single request: a quicker way to decide it (a create in one round
+        trip), tried before the transaction, under the same bounded wait; None from it
+        leaves the request to the transaction.
 
         Each request behaves as ``run`` would run it alone: a recorded outcome is
         replayed, a different fingerprint is ``409 idempotency_key_reused``, a key whose
@@ -235,9 +241,16 @@ class MutationRunner:
         with the rest). Decided outcomes are recorded in the same transaction.
         """
         deadline = time.monotonic() + self._wait
-        future = self._pool.submit(
-            self._decide_batch, tenant, principal, requests, mutation, deadline, being_served()
-        )
+        audited = being_served()
+
+        def decide() -> list[ItemResult]:
+            if first is not None:
+                answer = first()
+                if answer is not None:
+                    return [answer]
+            return self._decide_batch(tenant, principal, requests, mutation, deadline, audited)
+
+        future = self._pool.submit(decide)
         try:
             return future.result(timeout=max(0.0, deadline - time.monotonic()))
         except FutureTimeout:

@@ -243,4 +243,6 @@ def reap(services: Services) -> ReapReport:
         for worker_id in tx.definitions.prune_workers(now - timedelta(days=1)):
             tx.findings.clear(HOST, ARTIFACT_MISMATCH, worker_id)  # killed, never stopped
     services.events.emit(Event("dispatch.backlog", "*", "runner", {"due": backlog}))
+    if failed or timed_out:
+        services.on_runs_ended()  # their follow-through, in this process
     return ReapReport(requeued, failed, timed_out)

@@ -95,7 +95,7 @@ def cancel(services: Services, principal: Principal, run_id: str) -> Mutation:
     def record(tx: Tx, now: datetime) -> None:
         tx.runs.request_cancel(principal.tenant, run_id, now)
 
-    return _stop(principal, run_id, record, services.engine.cancel, "cancel")
+    return _stop(services, principal, run_id, record, services.engine.cancel, "cancel")
 
 
 def terminate(services: Services, principal: Principal, run_id: str) -> Mutation:
@@ -104,10 +104,11 @@ def terminate(services: Services, principal: Principal, run_id: str) -> Mutation
     def record(tx: Tx, now: datetime) -> None:
         tx.runs.terminate(principal.tenant, run_id, now, f"terminated by {principal.subject}")
 
-    return _stop(principal, run_id, record, services.engine.terminate, "terminate")
+    return _stop(services, principal, run_id, record, services.engine.terminate, "terminate")
 
 
 def _stop(
+    services: Services,
     principal: Principal,
     run_id: str,
     record: Callable[[Tx, datetime], None],
@@ -124,7 +125,12 @@ def _stop(
         follow = None
         if not run.finished:
             record(tx, now)
-            follow = partial(_tell_engine, tell, what, principal.tenant, run_id)
+            tell_engine = partial(_tell_engine, tell, what, principal.tenant, run_id)
+
+            def follow() -> None:
+                services.on_runs_ended()  # a run it ended: its follow-through, here
+                tell_engine()
+
         view = run_view(_load(tx, principal, run_id))
         return Outcome(Answer.DONE, view, resource_id=run_id, after_commit=follow)
 

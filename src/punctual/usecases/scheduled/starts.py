@@ -14,7 +14,7 @@ execution it may have started.
 from __future__ import annotations
 
 import secrets
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field, fields
 from datetime import datetime
 from typing import Any
@@ -33,7 +33,7 @@ from punctual.errors import InvalidRequest, PunctualError, not_found
 from punctual.ports.records import NewStart, StartFilter
 from punctual.ports.store import OneTripCreate, OneTripOutcome, Tx
 from punctual.usecases.kernel.admission import admit_input_and_class
-from punctual.usecases.kernel.audit import being_served
+from punctual.usecases.kernel.audit import AuditedRequest
 from punctual.usecases.kernel.context import Services
 from punctual.usecases.kernel.idempotency import (
     Answer,
@@ -106,6 +106,7 @@ def create_many(
     commands: Sequence[CreateStart | PunctualError],
     *,
     tenant: str | None = None,
+    seal_failures: Mapping[int, PunctualError] | None = None,
 ) -> BatchMutation:
     """Creates decided together in one transaction (a batch create, OS-11, and the single
     create route): each item exactly as ``create`` decides it, in the contract's order, with
@@ -114,6 +115,8 @@ def create_many(
     An item is a command, or the error its request body already failed with (raised at the
     validation step, after replay and the tenant check). ``tenant`` is the tenant the
     request addressed, checked per item as the single create checks it.
+    ``seal_failures``, read when the mutation runs: items whose input could not be sealed
+    already (``create_in_one_trip``), answered with that error at the seal step.
     """
 
     def mutation(
@@ -152,6 +155,9 @@ def create_many(
                 continue
             cmd = commands[index]
             assert isinstance(cmd, CreateStart)
+            if seal_failures is not None and index in seal_failures:
+                decided[index] = seal_failures[index]
+                continue
             try:
                 new.append((index, _new_start(services, principal, cmd)))
             except PunctualError as failure:  # the codec could not encrypt (503)
@@ -173,31 +179,34 @@ def create_in_one_trip(
     cmd: CreateStart | PunctualError,
     tenant: str,
     request: IdempotentRequest,
-) -> ItemResult | CreateStart | PunctualError:
+    audited: AuditedRequest | None,
+) -> ItemResult | PunctualError | None:
     """A single create decided here and stored in one round trip (OP-5), when the store
     has such a path and everything but the store's part passes here: the tenant, the
     checks, the role and the host limits, against the active definition this process
     remembers. The store then records the key already answered, checks that definition is
     still the active one and counts the quota, and inserts the start and the audit entry.
+    Run it as ``run_batch``'s ``first`` step, so the bounded wait covers it.
 
-    Otherwise the answer is the item for the transaction path (``create_many`` under
-    ``run_batch``), which decides everything else exactly as before: a refusal (a replay
-    comes first there), a key used with another body or still in flight, another active
-    definition, a full quota, a store that is busy or unreachable. The item is ``cmd``,
-    or the error sealing its input failed with (raised there after the replay, as a
-    refused body is): the input is sealed once per request.
+    ``None`` means the transaction path (``create_many``) decides ``cmd`` exactly as
+    before: a refusal (a replay comes first there), a key used with another body or still
+    in flight, another active definition, a full quota, a store that is busy or
+    unreachable. An error means sealing the input failed: that path decides ``cmd`` with
+    it as its seal's outcome (``seal_failures``), so the input is sealed once and every
+    check before the seal still comes first. ``audited`` is the request's audit entry,
+    taken on the request's thread.
 
     On PostgreSQL the input is sealed before the store can say the key is a replay; a
     replay then discards that copy.
     """
     one_trip = services.quota.one_trip
     if one_trip is None or isinstance(cmd, PunctualError):
-        return cmd
+        return None
     if not services.store.creates_in_one_trip:
-        return cmd
+        return None
     definition = services.definitions.recall(cmd.workflow)
     if definition is None:
-        return cmd
+        return None
     now = services.clock.now()
     known: Definition = definition
 
@@ -208,14 +217,13 @@ def create_in_one_trip(
         check_tenant(principal, tenant)
         _validate(services, principal, cmd, now, remembered)
     except PunctualError:
-        return cmd
+        return None
     try:
         new = _new_start(services, principal, cmd)
     except PunctualError as failure:  # the codec could not seal (503)
         return failure
     view = start_view(_as_inserted(new, now))
     limits = services.policy.tenant_policy(principal.tenant)
-    audited = being_served()
     answer = services.store.create_in_one_trip(
         OneTripCreate(
             start=new,
@@ -236,7 +244,7 @@ def create_in_one_trip(
         )
     )
     if answer is None:
-        return cmd
+        return None
     if answer.outcome is OneTripOutcome.CREATED:
         services.on_due_change()
         return ItemResult(Answer.CREATED, view)
@@ -249,7 +257,7 @@ def create_in_one_trip(
         and answer.status_code is not None
     ):
         return ItemResult(answer.status_code, answer.response)
-    return cmd
+    return None
 
 
 def _as_inserted(new: NewStart, now: datetime) -> ScheduledStart:

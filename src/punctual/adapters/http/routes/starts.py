@@ -49,6 +49,7 @@ from punctual.domain.permissions import Action, require
 from punctual.errors import InvalidRequest, PunctualError
 from punctual.resources import BatchCreateResult, Start, StartPage
 from punctual.usecases.kernel import mutations
+from punctual.usecases.kernel.audit import being_served
 from punctual.usecases.kernel.idempotency import IdempotentRequest, ItemResult
 from punctual.usecases.scheduled import starts
 
@@ -96,14 +97,24 @@ def create_start(tenant: str, call: MutationDep) -> Response:
         claim = (key, fingerprint(call.request, call.raw))
         command = _command(lambda: load_json(call.raw))
         request = IdempotentRequest(principal.tenant, principal.subject, *claim)
-        result = starts.create_in_one_trip(
-            call.services, call.edge.mutations, principal, command, tenant, request
-        )
-        if not isinstance(result, ItemResult):
-            mutation = starts.create_many(call.services, principal, [result], tenant=tenant)
-            [result] = call.edge.mutations.run_batch(
-                principal.tenant, principal.subject, [claim], mutation
+        runner, audited = call.edge.mutations, being_served()
+        sealing: dict[int, PunctualError] = {}
+
+        def in_one_trip() -> ItemResult | None:
+            outcome = starts.create_in_one_trip(
+                call.services, runner, principal, command, tenant, request, audited
             )
+            if isinstance(outcome, PunctualError):
+                sealing[0] = outcome  # answered at the transaction's seal step
+                return None
+            return outcome
+
+        mutation = starts.create_many(
+            call.services, principal, [command], tenant=tenant, seal_failures=sealing
+        )
+        [result] = runner.run_batch(
+            principal.tenant, principal.subject, [claim], mutation, first=in_one_trip
+        )
     except PunctualError as exc:
         return response_for(exc)
     if result.error is not None:

@@ -15,7 +15,8 @@ import sqlalchemy as sa
 from sqlalchemy.engine import RowMapping
 
 from punctual.adapters.stores.sql import tables as t
-from punctual.adapters.stores.sql.dialects import is_lock_timeout
+from punctual.adapters.stores.sql.dialects import is_lock_timeout, notify
+from punctual.adapters.stores.sql.listener import ENDED_CHANNEL
 from punctual.adapters.stores.sql.reads import first_record
 from punctual.adapters.stores.sql.rows import encrypted_from_row, record_from_row, run_converted
 from punctual.domain.runs import RunState
@@ -161,4 +162,7 @@ class SqlRunLedgerStore:
             # The values themselves were refused (e.g. a character the database cannot
             # hold, a value JSON cannot encode); the same write would be refused again.
             raise OutcomeRefused(run_id, exc) from exc
-        return str(tenant) if tenant is not None else None
+        if tenant is None:
+            return None
+        notify(self._conn, ENDED_CHANNEL)  # the follow-through, in whichever process
+        return str(tenant)

@@ -86,12 +86,16 @@ _CALL = (
 )
 
 
-def create_in_one_trip(engine: sa.Engine, request: OneTripCreate) -> OneTripAnswer:
-    """Call the function once, in autocommit: the call is its own transaction."""
+def create_in_one_trip(engine: sa.Engine, request: OneTripCreate) -> OneTripAnswer | None:
+    """Call the function once, in autocommit: the call is its own transaction. None when
+    it answered nothing: a key it found taken was gone again before it could read it (a
+    release, a sweep), which the transaction path knows how to wait out."""
     dialect = engine.dialect
     with engine.connect() as conn:
         autocommit = conn.execution_options(isolation_level="AUTOCOMMIT")
-        row = autocommit.execute(_CALL, _arguments(request, dialect)).one()
+        row = autocommit.execute(_CALL, _arguments(request, dialect)).one_or_none()
+    if row is None:
+        return None
     outcome = OneTripOutcome(row.outcome)
     if outcome is not OneTripOutcome.KEY_TAKEN:
         return OneTripAnswer(outcome)

@@ -128,7 +128,7 @@ class SqlRuns:
 
     def request_cancel(self, tenant: str, run_id: str, now: datetime) -> None:
         """Cooperative cancel: an unclaimed pending run ends at once, a running one is flagged."""
-        self._conn.execute(
+        ended = self._conn.execute(
             sa.update(t.runs)
             .where(
                 _r.tenant == tenant,
@@ -143,6 +143,8 @@ class SqlRuns:
                 error=run_error(RunErrorCode.CANCELED, "canceled before a worker picked it up"),
             )
         )
+        if ended.rowcount:
+            notify(self._conn, ENDED_CHANNEL)
         self._conn.execute(
             sa.update(t.runs)
             .where(_r.tenant == tenant, _r.id == run_id, _r.state.in_(_ACTIVE))
@@ -151,7 +153,7 @@ class SqlRuns:
 
     def terminate(self, tenant: str, run_id: str, now: datetime, reason: str) -> None:
         """Record the run terminated now; the worker kills its body when it notices."""
-        self._conn.execute(
+        ended = self._conn.execute(
             sa.update(t.runs)
             .where(_r.tenant == tenant, _r.id == run_id, _r.state.in_(_ACTIVE))
             .values(
@@ -160,6 +162,8 @@ class SqlRuns:
                 error=run_error(RunErrorCode.TERMINATED, reason),
             )
         )
+        if ended.rowcount:
+            notify(self._conn, ENDED_CHANNEL)
 
     def claim_pending(
         self,
@@ -484,4 +488,7 @@ class SqlRuns:
                 state=state.value, ended_at=now, lease_until=None, error=run_error(code, message)
             )
         )
-        return self._conn.execute(ended).rowcount
+        count = self._conn.execute(ended).rowcount
+        if count:
+            notify(self._conn, ENDED_CHANNEL)  # the follow-through, in whichever process
+        return int(count)

@@ -175,7 +175,7 @@ class SqlStore:
             return None
         try:
             return create_in_one_trip(self.engine, request)
-        except sa.exc.OperationalError:
+        except (sa.exc.OperationalError, sa.exc.TimeoutError):  # no connection in time too
             return None
 
     def reclaim_space(self, tables: Sequence[str]) -> None:
