@@ -505,7 +505,8 @@ def build(
     prepare: bool = True,
 ) -> Punctual:
     check_profile(settings)
-    store = SqlStore(settings.database_url)
+    # A create in one round trip may take half the bounded wait (MutationRunner).
+    store = SqlStore(settings.database_url, one_trip_seconds=settings.api_wait_seconds / 2)
     try:
         return _assemble(settings, store, clock or SystemClock(), rng or random.Random(), prepare)
     except BaseException:

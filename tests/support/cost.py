@@ -63,9 +63,10 @@ class _Counter:
 
 
 @contextmanager
-def counting(engine: sa.Engine) -> Iterator[Cost]:
-    """Count what ``engine`` sends, from any thread, inside the block."""
-    counter = _Counter(engine.dialect.name)
+def counting(*engines: sa.Engine) -> Iterator[Cost]:
+    """Count what the ``engines`` send (a store's, ``SqlStore.engines``), from any thread,
+    inside the block."""
+    counter = _Counter(engines[0].dialect.name)
 
     def before_execute(
         conn: sa.Connection,
@@ -91,10 +92,12 @@ def counting(engine: sa.Engine) -> Iterator[Cost]:
         ("commit", on_commit),
         ("rollback", on_rollback),
     ]
-    for name, hook in hooks:
-        sa.event.listen(engine, name, hook)
+    for engine in engines:
+        for name, hook in hooks:
+            sa.event.listen(engine, name, hook)
     try:
         yield counter.cost
     finally:
-        for name, hook in hooks:
-            sa.event.remove(engine, name, hook)
+        for engine in engines:
+            for name, hook in hooks:
+                sa.event.remove(engine, name, hook)

@@ -129,7 +129,9 @@ class OneTripCreate:
     lock_quota: bool
     """Take the tenant's quota lock before counting (the exact controller, QA-3)."""
     notify_due: bool
-    lock_timeout: float
+    time_limit: float
+    """Seconds the trip may take, lock waits included, before it gives up (and the
+    transaction path takes over within what is left of the bounded wait)."""
     now: datetime
 
 

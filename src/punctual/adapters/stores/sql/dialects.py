@@ -58,6 +58,24 @@ def create_engine(url: str, *, pool_size: int = 10) -> Engine:
     )
 
 
+def create_bounded_engine(url: str, *, pool_size: int, seconds: float) -> Engine:
+    """PostgreSQL connections for work that must answer within ``seconds`` or give up: a
+    connection is had at once or not at all, a connect may take ``seconds``, and every
+    statement, lock waits included, is cancelled after ``seconds``."""
+    milliseconds = max(1, int(seconds * 1000))
+    return sa.create_engine(
+        normalize_url(url),
+        pool_size=pool_size,
+        max_overflow=0,
+        pool_timeout=0.01,
+        pool_recycle=1800,
+        connect_args={
+            "connect_timeout": max(1, int(seconds)),
+            "options": f"-c statement_timeout={milliseconds} -c lock_timeout={milliseconds}",
+        },
+    )
+
+
 def _configure_sqlite(engine: Engine) -> None:
     @sa.event.listens_for(engine, "connect")
     def _on_connect(dbapi_connection: Any, _record: Any) -> None:
