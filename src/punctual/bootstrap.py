@@ -505,8 +505,7 @@ def build(
     prepare: bool = True,
 ) -> Punctual:
     check_profile(settings)
-    # A create in one round trip may take half the bounded wait (MutationRunner).
-    store = SqlStore(settings.database_url, one_trip_seconds=settings.api_wait_seconds / 2)
+    store = SqlStore(settings.database_url)
     try:
         return _assemble(settings, store, clock or SystemClock(), rng or random.Random(), prepare)
     except BaseException:

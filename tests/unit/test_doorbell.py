@@ -50,3 +50,13 @@ def test_a_ring_is_kept_until_the_thread_waits_and_consumed_by_it() -> None:
     bell.ring()
     assert bell.wait(0) is True
     assert bell.wait(0) is False
+
+
+def test_threads_that_ended_leave_no_signal_behind() -> None:
+    bell = Doorbell()
+    for _ in range(5):  # a loop stopped and started again, each time on a new thread
+        waiter = threading.Thread(target=bell.wait, args=(0,))
+        waiter.start()
+        waiter.join()
+    bell.wait(0)  # this thread's first wait: the ended threads' signals are dropped
+    assert len(bell._signals) == 1

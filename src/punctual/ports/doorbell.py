@@ -32,6 +32,11 @@ class Doorbell:
         with self._lock:
             signal = self._signals.get(key)
             if signal is None:
+                # Threads that waited here and have ended since (a runner stopped and
+                # started again) leave nothing behind.
+                alive = {thread.ident for thread in threading.enumerate()}
+                for gone in [k for k in self._signals if k not in alive]:
+                    del self._signals[gone]
                 # A ring before this thread's first wait must not be lost: start rung.
                 signal = self._signals[key] = threading.Event()
                 signal.set()

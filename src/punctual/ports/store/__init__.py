@@ -129,9 +129,10 @@ class OneTripCreate:
     lock_quota: bool
     """Take the tenant's quota lock before counting (the exact controller, QA-3)."""
     notify_due: bool
-    time_limit: float
-    """Seconds the trip may take, lock waits included, before it gives up (and the
-    transaction path takes over within what is left of the bounded wait)."""
+    lock_timeout: float
+    """Seconds the trip may wait for a lock (a concurrent request with its key, the
+    tenant's quota lock) before it gives up, and the transaction path takes over within
+    what is left of the bounded wait."""
     now: datetime
 
 

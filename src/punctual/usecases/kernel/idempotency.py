@@ -190,10 +190,10 @@ class MutationRunner:
         return self._lease
 
     @property
-    def one_trip_time_limit(self) -> float:
-        """How long a create in one round trip may take, its lock waits (a concurrent
-        request with its key, the tenant's quota lock) included, before the transaction
-        path takes over: half the bounded wait, the other half being that path's."""
+    def one_trip_lock_wait(self) -> float:
+        """How long a create in one round trip waits for a lock (a concurrent request with
+        its key, the tenant's quota lock) before the transaction path takes over: half the
+        bounded wait, the other half being that path's."""
         return self._wait / 2
 
     @property
@@ -226,12 +226,13 @@ class MutationRunner:
         requests: Sequence[tuple[str, str]],
         mutation: BatchMutation,
         *,
-        began: float | None = None,
+        first: Callable[[], ItemResult | None] | None = None,
     ) -> list[ItemResult]:
         """Replay or decide each ``(key, fingerprint)`` request in one transaction.
 
-        ``began``: when the request's bounded wait began (``time.monotonic()``), if an
-        attempt already used some of it (a create in one round trip); by default, now.
+        ``first``, for a single request: a quicker way to decide it (a create in one round
+        trip), tried before the transaction on the same thread and under the same bounded
+        wait; None from it leaves the request to the transaction.
 
         Each request behaves as ``run`` would run it alone: a recorded outcome is
         replayed, a different fingerprint is ``409 idempotency_key_reused``, a key whose
@@ -239,10 +240,17 @@ class MutationRunner:
         the bounded wait answers ``202 in_progress`` (it carries on, and commits, or not,
         with the rest). Decided outcomes are recorded in the same transaction.
         """
-        deadline = (time.monotonic() if began is None else began) + self._wait
-        future = self._pool.submit(
-            self._decide_batch, tenant, principal, requests, mutation, deadline, being_served()
-        )
+        deadline = time.monotonic() + self._wait
+        audited = being_served()
+
+        def decide() -> list[ItemResult]:
+            if first is not None:
+                answer = first()
+                if answer is not None:
+                    return [answer]
+            return self._decide_batch(tenant, principal, requests, mutation, deadline, audited)
+
+        future = self._pool.submit(decide)
         try:
             return future.result(timeout=max(0.0, deadline - time.monotonic()))
         except FutureTimeout:

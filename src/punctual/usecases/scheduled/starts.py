@@ -186,8 +186,9 @@ def create_in_one_trip(
     checks, the role and the host limits, against the active definition this process
     remembers. The store then records the key already answered, checks that definition is
     still the active one and counts the quota, and inserts the start and the audit entry.
-    It runs on the caller's thread, bounded by ``MutationRunner.one_trip_time_limit``; the
-    transaction path then has what is left of the bounded wait (``run_batch(began=…)``).
+    Run it as ``run_batch``'s ``first`` step, so the bounded wait covers it; its lock
+    waits are bounded by ``MutationRunner.one_trip_lock_wait``, leaving the transaction
+    path the rest of the wait.
 
     ``None`` means the transaction path (``create_many``) decides ``cmd`` exactly as
     before: a refusal (a replay comes first there), a key used with another body or still
@@ -240,7 +241,7 @@ def create_in_one_trip(
             max_pending_in_class=limits.max_pending_by_class.get(cmd.workload_class),
             lock_quota=one_trip == "lock_and_count",
             notify_due=_due_soon(services, new.start_at, now),
-            time_limit=runner.one_trip_time_limit,
+            lock_timeout=runner.one_trip_lock_wait,
             now=now,
         )
     )

@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import time
 from collections.abc import Callable
 from functools import partial
 from typing import Any
@@ -98,22 +97,26 @@ def create_start(tenant: str, call: MutationDep) -> Response:
         claim = (key, fingerprint(call.request, call.raw))
         command = _command(lambda: load_json(call.raw))
         request = IdempotentRequest(principal.tenant, principal.subject, *claim)
-        runner, began = call.edge.mutations, time.monotonic()
-        outcome = starts.create_in_one_trip(
-            call.services, runner, principal, command, tenant, request, being_served()
+        runner, audited = call.edge.mutations, being_served()
+        sealing: dict[int, PunctualError] = {}
+
+        def in_one_trip() -> ItemResult | None:
+            outcome = starts.create_in_one_trip(
+                call.services, runner, principal, command, tenant, request, audited
+            )
+            if isinstance(outcome, PunctualError):
+                sealing[0] = outcome  # the transaction's seal step answers it
+                return None
+            return outcome
+
+        mutation = starts.create_many(
+            call.services, principal, [command], tenant=tenant, seal_failures=sealing
         )
-        if isinstance(outcome, ItemResult):
-            result = outcome
-        else:
-            # Undecided in one trip: the transaction decides, in what is left of the wait;
-            # a seal that already failed is its seal step's answer.
-            sealing = {0: outcome} if outcome is not None else None
-            mutation = starts.create_many(
-                call.services, principal, [command], tenant=tenant, seal_failures=sealing
-            )
-            [result] = runner.run_batch(
-                principal.tenant, principal.subject, [claim], mutation, began=began
-            )
+        # The one trip first, then the transaction if it did not decide: both on the
+        # mutation pool's thread, under the one bounded wait.
+        [result] = runner.run_batch(
+            principal.tenant, principal.subject, [claim], mutation, first=in_one_trip
+        )
     except PunctualError as exc:
         return response_for(exc)
     if result.error is not None:

@@ -21,6 +21,8 @@ from punctual.adapters.stores.sql.column_types import UTCDateTime
 
 SQLITE_BUSY_TIMEOUT_MS = 30_000
 _PG_CONNECT_TIMEOUT = {"connect_timeout": 10}
+PG_BURST_CONNECTIONS = 4
+"""Connections a PostgreSQL pool opens beyond its size in a burst, and closes after it."""
 """Seconds a PostgreSQL connect may take (libpq's own setting)."""
 
 
@@ -52,27 +54,9 @@ def create_engine(url: str, *, pool_size: int = 10) -> Engine:
     return sa.create_engine(
         url,
         pool_size=pool_size,
-        max_overflow=pool_size // 2,
+        max_overflow=PG_BURST_CONNECTIONS,
         pool_recycle=1800,
         connect_args=connect_args,
-    )
-
-
-def create_bounded_engine(url: str, *, pool_size: int, seconds: float) -> Engine:
-    """PostgreSQL connections for work that must answer within ``seconds`` or give up: a
-    connection is had at once or not at all, a connect may take ``seconds``, and every
-    statement, lock waits included, is cancelled after ``seconds``."""
-    milliseconds = max(1, int(seconds * 1000))
-    return sa.create_engine(
-        normalize_url(url),
-        pool_size=pool_size,
-        max_overflow=0,
-        pool_timeout=0.01,
-        pool_recycle=1800,
-        connect_args={
-            "connect_timeout": max(1, int(seconds)),
-            "options": f"-c statement_timeout={milliseconds} -c lock_timeout={milliseconds}",
-        },
     )
 
 

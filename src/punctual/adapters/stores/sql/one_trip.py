@@ -137,7 +137,7 @@ def _arguments(request: OneTripCreate, dialect: sa.Dialect) -> dict[str, Any]:
         "p_lock_quota": request.lock_quota,
         "p_fold_after": FOLD_AFTER_ROWS,
         "p_notify_channel": DUE_CHANNEL if request.notify_due else None,
-        "p_lock_timeout": f"{max(1, int(request.time_limit * 1000))}ms",
+        "p_lock_timeout": f"{max(1, int(request.lock_timeout * 1000))}ms",
     }
     for field in (
         "id",

@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import re
-import threading
 from collections.abc import Iterator, Sequence
 from contextlib import contextmanager
 from dataclasses import dataclass
@@ -39,12 +38,13 @@ from punctual.adapters.stores.sql.webhooks import SqlWebhooks
 from punctual.errors import HostUnavailable, Unavailable
 from punctual.ports.store import OneTripAnswer, OneTripCreate
 
-POOL_SIZE = 20
-"""Connections a process keeps open once it has needed them (PostgreSQL opens half as many
-more in a burst, and closes those after it). A create on PostgreSQL holds one for a single
-round trip on the request's own thread, so 16 busy clients keep about 16 in use: a pool
-smaller than that opens and closes a connection per request, and each costs the server a
-new backend process (measured: a third fewer creates per second with 10)."""
+POOL_SIZE = 16
+"""Connections a process keeps open once it has needed them (PostgreSQL opens 4 more in a
+burst, and closes those after it: 20 at most, as many as before). A create on PostgreSQL
+holds one for a single round trip on the request's own thread, so 16 busy clients keep
+about 16 in use: a pool smaller than that opens and closes a connection per request, and
+each costs the server a new backend process (measured: a third fewer creates per second
+with 10)."""
 
 
 @dataclass
@@ -95,20 +95,11 @@ class SqlTx:
 class SqlStore:
     """Owns the connection pool; every unit of work is one ``transaction()``."""
 
-    def __init__(
-        self, url: str, *, pool_size: int = POOL_SIZE, one_trip_seconds: float | None = None
-    ) -> None:
+    def __init__(self, url: str, *, pool_size: int = POOL_SIZE) -> None:
         """Refuses a URL that names no database punctual runs on (``HostUnavailable``,
-        ``database_url_unsupported``); connects only when first used. ``one_trip_seconds``
-        bounds a create in one round trip (PostgreSQL); without it, the first trip's
-        ``time_limit`` does."""
+        ``database_url_unsupported``); connects only when first used."""
         self.url = url
         self.engine: Engine = _engine_for(url, pool_size)
-        self._pool_size = pool_size
-        self._one_trips: Engine | None = None
-        self._one_trips_lock = threading.Lock()
-        if one_trip_seconds is not None and self.creates_in_one_trip:
-            self._bounded(one_trip_seconds)
 
     def check_connection(self) -> None:
         """Connect once: a database that cannot be reached or opened is refused at startup
@@ -174,8 +165,8 @@ class SqlStore:
 
     @property
     def engines(self) -> list[Engine]:
-        """Every pool this store talks through (the one trips' once they began)."""
-        return [self.engine] + ([self._one_trips] if self._one_trips is not None else [])
+        """Every pool this store talks through."""
+        return [self.engine]
 
     @property
     def creates_in_one_trip(self) -> bool:
@@ -189,20 +180,9 @@ class SqlStore:
         if not self.creates_in_one_trip:
             return None
         try:
-            return create_in_one_trip(self._bounded(request.time_limit), request)
+            return create_in_one_trip(self.engine, request)
         except (sa.exc.OperationalError, sa.exc.TimeoutError):  # no connection in time too
             return None
-
-    def _bounded(self, seconds: float) -> Engine:
-        """The one trips' own pool: a trip runs on the request's thread, so it is bounded
-        by its connections (had at once, or the transaction path takes over) rather than
-        by a wait on another thread. Built on first use with the host's time limit."""
-        with self._one_trips_lock:
-            if self._one_trips is None:
-                self._one_trips = dialects.create_bounded_engine(
-                    self.url, pool_size=self._pool_size, seconds=seconds
-                )
-            return self._one_trips
 
     def reclaim_space(self, tables: Sequence[str]) -> None:
         """Vacuum what a retention sweep deleted from (PostgreSQL; nothing on SQLite)."""
@@ -210,8 +190,6 @@ class SqlStore:
 
     def dispose(self) -> None:
         self.engine.dispose()
-        if self._one_trips is not None:
-            self._one_trips.dispose()
 
 
 SUPPORTED_URLS = "sqlite:///PATH or postgresql://USER@HOST/DATABASE"
