@@ -175,7 +175,7 @@ def prepare_schema(settings: Settings, store: SqlStore) -> None:
 def current_store(settings: Settings) -> Iterator[Store]:
     """The store alone, reachable and at this version's schema, for the host commands that
     need no key ring (key activation, checks, retirement)."""
-    store = SqlStore(settings.database_url)
+    store = SqlStore(settings.database_url, pool_size=settings.database_pool_size)
     try:
         store.check_connection()
         migrate.check_current(store)
@@ -186,7 +186,7 @@ def current_store(settings: Settings) -> Iterator[Store]:
 
 def upgrade_schema(settings: Settings) -> tuple[str | None, str]:
     """Migrate the database to this version's schema: ``(before, after)`` revisions."""
-    store = SqlStore(settings.database_url)
+    store = SqlStore(settings.database_url, pool_size=settings.database_pool_size)
     try:
         store.check_connection()
         return migrate.upgrade(store)
@@ -505,7 +505,7 @@ def build(
     prepare: bool = True,
 ) -> Punctual:
     check_profile(settings)
-    store = SqlStore(settings.database_url)
+    store = SqlStore(settings.database_url, pool_size=settings.database_pool_size)
     try:
         return _assemble(settings, store, clock or SystemClock(), rng or random.Random(), prepare)
     except BaseException:

@@ -200,6 +200,9 @@ class Settings(BaseSettings):
 
     profile: Literal["local", "production"] = "local"
     database_url: str = "sqlite:///punctual.db"
+    database_pool_size: int = Field(default=16, ge=1, le=500)
+    """Connections each process keeps to the database once it needed them; PostgreSQL
+    opens 4 more in a burst. Size the server's ``max_connections`` from it."""
     engine: Literal["local", "temporal"] = "local"
     driver: Literal["sql", "temporal_schedules"] = "sql"
     """What fires schedules (CR-6): the runner's generation pass, or Temporal Schedules."""

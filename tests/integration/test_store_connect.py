@@ -9,11 +9,15 @@ import socket
 import threading
 import time
 from collections.abc import Iterator
+from pathlib import Path
 
 import pytest
+import sqlalchemy as sa
 
+from punctual import bootstrap
 from punctual.adapters.stores.sql.store import SqlStore
 from punctual.errors import HostUnavailable
+from tests.conftest import make_settings
 
 
 @pytest.fixture
@@ -59,3 +63,17 @@ def test_a_connect_to_a_silent_server_gives_up_after_its_timeout(
     assert refused.value.code == "database_unavailable"
     # It waited for the timeout (it did not fail at once), and then gave up.
     assert waited >= bound * 0.9
+
+
+@pytest.mark.postgres
+def test_the_pool_holds_database_pool_size_connections_and_4_more_in_a_burst(
+    pg_url: str, tmp_path: Path
+) -> None:
+    settings = make_settings(pg_url, tmp_path, database_pool_size=7)
+    system = bootstrap.build(settings)
+    try:
+        pool = system.store.engine.pool
+        assert isinstance(pool, sa.QueuePool)
+        assert (pool.size(), pool._max_overflow) == (7, 4)
+    finally:
+        system.close()

@@ -503,3 +503,13 @@ def test_a_heartbeat_longer_than_a_third_of_the_lease_is_refused_naming_both_key
 def test_the_default_heartbeat_fits_the_default_lease() -> None:
     settings = load_settings(None)
     assert settings.worker.heartbeat_seconds <= settings.runner.lease_seconds / 3
+
+
+def test_the_database_pool_size_is_read_and_bounded(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    assert load_settings(None).database_pool_size == 16
+    assert load_settings(None, database_pool_size=40).database_pool_size == 40
+    monkeypatch.setenv("PUNCTUAL_DATABASE_POOL_SIZE", "7")
+    assert load_settings(None).database_pool_size == 7
+    assert "database_pool_size" in config_error(database_pool_size=0)
