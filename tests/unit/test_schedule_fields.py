@@ -88,6 +88,7 @@ def _other_value(name: str) -> Any:
         ],
         "source": "deploy/schedules.toml",
         "pause_until": "2027-01-04T08:00:00+01:00",
+        "start_deadline_ms": 3_600_000,
     }[name]
 
 
@@ -116,6 +117,7 @@ def test_the_view_is_the_request_form_of_every_field() -> None:
         "metrics": [{"path": "score", "better": "higher", "tolerance": 0.0}]
     }
     assert view["pause_until"] == "2027-01-04T07:00:00.000Z"
+    assert view["start_deadline_ms"] == 3_600_000
     assert view["blackouts"] == [  # sorted, in UTC
         {"from": "2026-12-01T00:00:00.000Z", "to": "2026-12-02T00:00:00.000Z", "reason": "freeze"},
         {"from": "2026-12-23T23:00:00.000Z", "to": "2027-01-01T23:00:00.000Z", "reason": None},
@@ -320,3 +322,13 @@ def test_blackouts_that_touch_are_two_windows() -> None:
     ]
     blackouts = decode_create({**MINIMAL, "blackouts": touching}).settings.policy.blackouts
     assert [b.start.day for b in blackouts] == [24, 25]
+
+
+@pytest.mark.parametrize("value", [999, 0, -1, "1000", 1.5, True])
+def test_a_start_deadline_under_a_second_or_not_whole_is_refused(value: Any) -> None:
+    refused = refusal({**MINIMAL, "start_deadline_ms": value})
+    assert refused.details["errors"][0]["loc"] == ["body", "start_deadline_ms"]
+
+
+def test_no_start_deadline_by_default() -> None:
+    assert decode_create(MINIMAL).settings.policy.start_deadline is None

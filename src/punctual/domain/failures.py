@@ -25,6 +25,9 @@ class FailureClass(StrEnum):
     """Specific to this start and possibly temporary: retried with backoff, then failed."""
     OUTAGE = "outage"
     """The engine or store is down: nothing is charged, dispatch pauses and resumes."""
+    TOO_LATE = "too_late"
+    """Its start deadline passed (RS-10): it is never started late; skipped, not failed,
+    and nothing about the schedule is wrong."""
 
 
 @dataclass(frozen=True)
@@ -70,6 +73,15 @@ def version_not_loaded(workflow: str, version: str) -> DispatchFailure:
 def engine_unavailable(detail: str) -> DispatchFailure:
     return DispatchFailure(
         "engine_unavailable", f"the engine did not answer: {detail}", FailureClass.OUTAGE
+    )
+
+
+def too_late(deadline_text: str) -> DispatchFailure:
+    return DispatchFailure(
+        "too_late",
+        f"its start deadline ({deadline_text}) passed before it could be started; it is "
+        "never started late (the schedule's start_deadline_ms)",
+        FailureClass.TOO_LATE,
     )
 
 

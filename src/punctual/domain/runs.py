@@ -108,6 +108,8 @@ class RunErrorCode(StrEnum):
     """No process that could run it holds the input's key (FT-1)."""
     RESULT_NOT_STORABLE = "result_not_storable"
     """The store refused the outcome deterministically; never executed again (FT-3)."""
+    TOO_LATE = "too_late"
+    """Its occurrence's start deadline passed before the body began; it never began."""
     HANDOFF_FAILED = "handoff_failed"
     """The worker could not hand the run to an execution slot."""
     ENGINE_EXECUTION_LOST = "engine_execution_lost"

@@ -156,6 +156,8 @@ class SchedulePolicy:
     """Each occurrence of the spec is due this much later at most (RS-9d)."""
     blackouts: tuple[Blackout, ...] = ()
     """Sorted, never overlapping (RS-10)."""
+    start_deadline: timedelta | None = None
+    """An occurrence whose body has not begun this long after it was due never begins."""
 
 
 @dataclass(frozen=True)

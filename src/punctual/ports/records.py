@@ -139,6 +139,8 @@ class ClaimedStart:
     """An occurrence's ``OccurrenceOrigin`` value (None for a one-off start)."""
     overlap: str | None = None
     """The overlap policy its trigger or backfill request named (None: the schedule's)."""
+    start_deadline_at: datetime | None = None
+    """An occurrence's start deadline (RS-10): never started after it."""
 
     @property
     def token(self) -> ClaimToken:
@@ -349,6 +351,8 @@ class NewOccurrence:
     reason: str | None = None
     reason_detail: str | None = None
     """What the decision names beyond its reason (a blackout's own reason, RS-10)."""
+    start_deadline_at: datetime | None = None
+    """Not started after this (the schedule's ``start_deadline_ms`` after it was due)."""
     range_last: datetime | None = None
     range_count: int | None = None
     origin: str = "schedule"

@@ -25,6 +25,8 @@ class RunOrigin(Resource):
     previous_completed_run_id: str | None = None
     """An occurrence's: the schedule's latest run that had completed, among earlier
     occurrences, when this one was dispatched (what its body's ``ctx.occurrence`` says)."""
+    start_deadline_at: datetime | None = None
+    """An occurrence's, under ``start_deadline_ms``: its body never begins after it."""
 
 
 class RunError(Resource):

@@ -12,6 +12,7 @@ import sys
 import threading
 import time
 import traceback
+from datetime import datetime
 from multiprocessing.connection import Connection
 from typing import Any
 
@@ -46,6 +47,21 @@ def _exit_now() -> None:
         with contextlib.suppress(Exception):
             stream.flush()
     os._exit(0)
+
+
+def _past_start_deadline(assignment: Assignment) -> dict[str, Any] | None:
+    """RS-10: the error of a run whose occurrence's start deadline passed before its body
+    could begin (on either engine, this is where bodies begin); None while in time."""
+    deadline = assignment.origin.get("start_deadline_at")
+    if deadline is None:
+        return None
+    if time.time() <= datetime.fromisoformat(str(deadline).replace("Z", "+00:00")).timestamp():
+        return None
+    return run_error(
+        RunErrorCode.TOO_LATE,
+        f"its occurrence's start deadline {deadline} passed before the body could begin; "
+        "it never began (the schedule's start_deadline_ms)",
+    )
 
 
 class _ChildServer:
@@ -141,6 +157,10 @@ class _ChildServer:
 
     def _run(self, assignment: Assignment, cancel_event: threading.Event) -> None:
         run_id = assignment.run_id
+        late = _past_start_deadline(assignment)
+        if late is not None:
+            self._outbox.append(("finished", run_id, "canceled", None, late))
+            return
         definition = self._app.get(assignment.workflow, assignment.version)
         if definition is None:
             error = run_error(

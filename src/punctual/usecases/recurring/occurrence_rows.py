@@ -49,6 +49,11 @@ def new_occurrence(
         state=state.value,
         reason=reason,
         reason_detail=reason_detail,
+        start_deadline_at=(
+            due_at + schedule.policy.start_deadline
+            if schedule.policy.start_deadline is not None and state is StartState.SCHEDULED
+            else None
+        ),
         range_last=range_last,
         range_count=range_count,
         origin=origin.value,

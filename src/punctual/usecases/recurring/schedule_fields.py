@@ -343,6 +343,14 @@ def check_pause_until(pause_until: datetime | None, now: datetime) -> None:
         )
 
 
+def _start_deadline(value: Any) -> timedelta | None:
+    """At least a second: a deadline shorter than that would refuse runs a worker is
+    about to begin."""
+    if value is None:
+        return None
+    return timedelta(milliseconds=_whole("start_deadline_ms", value, 1000, MAX_SPAN_MS))
+
+
 BLACKOUT_REASON_MAX = 200
 
 
@@ -462,6 +470,14 @@ FIELDS: tuple[Field, ...] = (
         encode=_milliseconds_of,
         default=0,
         json=Count,
+    ),
+    _policy(
+        "start_deadline_ms",
+        "start_deadline",
+        _start_deadline,
+        encode=lambda d: None if d is None else _milliseconds_of(d),
+        default=None,
+        json=Annotated[int, Le(MAX_SPAN_MS)],
     ),
     _policy(
         "blackouts",

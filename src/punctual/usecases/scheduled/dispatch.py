@@ -151,9 +151,12 @@ def dispatch_due(services: Services, runner_id: str, page_size: int) -> Dispatch
             definitions = _definitions_for(tx, claims, schedules)
             creators = tx.identity.member_roles({(c.tenant, c.created_by) for c in claims})
         decisions = [
-            _decide_alone(services, claim, definitions.get(_wanted(claim, schedules)), loaded)
-            if _may_create(creators.get((claim.tenant, claim.created_by)))
-            else NotDispatched(claim, failures.creator_access_revoked(claim.created_by))
+            _too_late(claim, now)
+            or (
+                _decide_alone(services, claim, definitions.get(_wanted(claim, schedules)), loaded)
+                if _may_create(creators.get((claim.tenant, claim.created_by)))
+                else NotDispatched(claim, failures.creator_access_revoked(claim.created_by))
+            )
             for claim in claims
         ]
     except Unavailable:
@@ -299,6 +302,14 @@ def _needs_schedule_lock(decision: Decision, schedules: dict[str, Schedule]) -> 
         and schedule is not None
         and needs_overlap_lock(schedule.policy.overlap, claim.occurrence_origin, claim.overlap)
     )
+
+
+def _too_late(claim: ClaimedStart, now: datetime) -> NotDispatched | None:
+    """RS-10: an occurrence past its start deadline is never started late."""
+    deadline = claim.start_deadline_at
+    if deadline is None or now <= deadline:
+        return None
+    return NotDispatched(claim, failures.too_late(to_rfc3339(deadline)))
 
 
 def _may_create(role: Role | None) -> bool:
@@ -474,8 +485,14 @@ def _record_failure(
     attempts = claim.attempts + 1
     error = LastError(failure.code, failure.message, now)
     retry = failure.failure_class is FailureClass.START_SPECIFIC and not backoff.exhausted(attempts)
+    next_at = now + backoff.next_delay(attempts, services.rng) if retry else now
+    deadline = claim.start_deadline_at
+    if retry and deadline is not None and next_at > deadline:
+        # Retries stop at the deadline (RS-10): the next attempt would start it late.
+        retry, failure = False, failures.too_late(to_rfc3339(deadline))
+        error = LastError(failure.code, failure.message, now)
+    too_late = failure.failure_class is FailureClass.TOO_LATE
     if retry:
-        next_at = now + backoff.next_delay(attempts, services.rng)
         changes = {
             "state": StartState.SCHEDULED.value,
             "next_attempt_at": next_at,
@@ -483,7 +500,7 @@ def _record_failure(
         }
     else:
         changes = {
-            "state": StartState.FAILED.value,
+            "state": (StartState.SKIPPED if too_late else StartState.FAILED).value,
             "reason": failure.code,
             "next_attempt_at": None,
         }
@@ -492,7 +509,7 @@ def _record_failure(
     if retry:
         report.retried.append(claim.id)
         return
-    report.failed.append(claim.id)
+    (report.skipped if too_late else report.failed).append(claim.id)
     kind = "occurrence" if claim.schedule_id else "start"
     tx.findings.raise_finding(
         claim.tenant,

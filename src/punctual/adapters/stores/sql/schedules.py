@@ -79,6 +79,11 @@ def schedule_from_row(row: RowMapping) -> Schedule:
             misfire_grace=timedelta(milliseconds=row["misfire_grace_ms"]),
             jitter=timedelta(milliseconds=row["jitter_ms"]),
             blackouts=blackouts_from_json(row["blackouts"] or []),
+            start_deadline=(
+                timedelta(milliseconds=row["start_deadline_ms"])
+                if row["start_deadline_ms"] is not None
+                else None
+            ),
         ),
         enabled=bool(row["enabled"]),
         version=row["version"],
@@ -114,6 +119,9 @@ def policy_columns(policy: SchedulePolicy) -> dict[str, Any]:
         "misfire_grace_ms": policy.misfire_grace // _MILLISECOND,
         "jitter_ms": policy.jitter // _MILLISECOND,
         "blackouts": blackouts_to_json(policy.blackouts),
+        "start_deadline_ms": (
+            policy.start_deadline // _MILLISECOND if policy.start_deadline is not None else None
+        ),
     }
 
 

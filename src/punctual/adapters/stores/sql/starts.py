@@ -107,10 +107,13 @@ def _occurrence_context(row: RowMapping) -> dict[str, Any]:
     that completed, at the time of the claim."""
     if row["schedule_id"] is None:
         return {}
-    return {
+    context = {
         "scheduled_at": to_rfc3339(row["start_at"]),
         "previous_completed_run_id": row["previous_completed_run_id"],
     }
+    if row["start_deadline_at"] is not None:  # the worker never begins the body after it
+        context["start_deadline_at"] = to_rfc3339(row["start_deadline_at"])
+    return context
 
 
 def _occurrence_from_row(row: RowMapping) -> ScheduledStart:
@@ -550,6 +553,7 @@ class SqlStarts:
                 _s.origin,
                 _s.overlap,
                 _s.start_at,
+                _s.start_deadline_at,
                 _PREVIOUS_COMPLETED_RUN,
             )
         )

@@ -148,6 +148,8 @@ starts = sa.Table(
     sa.Column("reason", sa.String(300)),
     # What a decision names beyond its reason: a blackout's own reason (RS-10).
     sa.Column("reason_detail", sa.String(300)),
+    # An occurrence's start deadline (RS-10): not started after it, by dispatch or worker.
+    sa.Column("start_deadline_at", UTCDateTime),
     sa.Column("created_by", sa.String(200), nullable=False),
     sa.Column("created_at", UTCDateTime, nullable=False),
     sa.Column("updated_at", UTCDateTime, nullable=False),
@@ -288,6 +290,8 @@ schedules = sa.Table(
     sa.Column("blackouts", JSONType, nullable=False, server_default=sa.text("'[]'")),
     # Paused until then (RS-10); kept once passed, when it no longer holds the schedule.
     sa.Column("pause_until", UTCDateTime),
+    # An occurrence whose body has not begun this long after it was due never begins.
+    sa.Column("start_deadline_ms", sa.BigInteger),
     # A name is unique among a tenant's live schedules (deleted ones keep their history).
     _partial_index(
         "uq_schedules_live_name", "tenant", "name", where="deleted_at IS NULL", unique=True
