@@ -134,6 +134,9 @@ class Schedule(Resource):
     """Of ``max_occurrences``; ``null`` without a limit."""
     jitter_ms: int
     """Each occurrence's ``scheduled_at`` is delayed by a deterministic amount below it."""
+    start_deadline_ms: int | None = None
+    """An occurrence whose body has not begun this long after it was due never begins
+    (``too_late``); ``null``: no deadline."""
     blackouts: list[Blackout] = []
     """Windows in which none of its fires runs (recorded ``skipped``, reason ``blackout``)."""
     pause_until: datetime | None = None
