@@ -34,16 +34,32 @@ TENANT = "acme"
 LEASE_SECONDS = 2.0
 
 
-@pytest.fixture
-def system(database_url: str, tmp_path: Path) -> Iterator[bootstrap.Punctual]:
-    built = bootstrap.build(
+def _system(database_url: str, tmp_path: Path, lease_seconds: float) -> bootstrap.Punctual:
+    return bootstrap.build(
         make_settings(
             database_url,
             tmp_path,
             worker={"heartbeat_seconds": 0.5, "liveness_seconds": 10},
-            runner={"lease_seconds": LEASE_SECONDS, "max_idle_seconds": 0.2},
+            runner={"lease_seconds": lease_seconds, "max_idle_seconds": 0.2},
         )
     )
+
+
+@pytest.fixture
+def system(database_url: str, tmp_path: Path) -> Iterator[bootstrap.Punctual]:
+    built = _system(database_url, tmp_path, LEASE_SECONDS)
+    try:
+        yield built
+    finally:
+        built.close()
+
+
+@pytest.fixture
+def steady(database_url: str, tmp_path: Path) -> Iterator[bootstrap.Punctual]:
+    """For tests about something else than leases: a lease a loaded machine cannot let run
+    out between two renewals (with 2 s, a late heartbeat fences a body, and no runner here
+    gives its run back)."""
+    built = _system(database_url, tmp_path, 30.0)
     try:
         yield built
     finally:
@@ -238,14 +254,14 @@ def test_an_outcome_the_store_refuses_ends_the_run_and_never_reruns_it(
 # ---------------------------------------------------------------------------- hand-off
 
 
-def test_a_run_that_cannot_be_handed_to_a_slot_fails_alone(system: bootstrap.Punctual) -> None:
+def test_a_run_that_cannot_be_handed_to_a_slot_fails_alone(steady: bootstrap.Punctual) -> None:
     """Scenario 7: a timeout of 0 (registered before it was refused) made submit raise;
     the run stayed ``running`` for ever and the rest of the batch was dropped."""
-    bad = insert_run(system, "echo", {"message": "never"}, timeout_seconds=0)
-    good = insert_run(system, "echo", {"message": "fine"})
-    start_worker(system)
-    failed = wait_finished(system, bad)
-    completed = wait_finished(system, good)
+    bad = insert_run(steady, "echo", {"message": "never"}, timeout_seconds=0)
+    good = insert_run(steady, "echo", {"message": "fine"})
+    start_worker(steady)
+    failed = wait_finished(steady, bad)
+    completed = wait_finished(steady, good)
     assert failed.state is RunState.FAILED
     assert failed.error is not None and failed.error["code"] == "handoff_failed"
     assert (completed.state, completed.attempts) == (RunState.COMPLETED, 1)
