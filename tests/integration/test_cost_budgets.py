@@ -158,7 +158,7 @@ def test_a_create_over_http(system: bootstrap.Punctual) -> None:
             )
         quiet(system)
         for n in range(3):
-            with counting(*system.store.engines) as cost:
+            with counting(system.store.engine) as cost:
                 response = api.post("/scheduled-starts", echo_start(business_request_id=f"c-{n}"))
             assert response.status_code == 201, response.text
             within(system.store.dialect, {"create": (cost.statements, cost.round_trips)}, cost.log)
@@ -178,7 +178,7 @@ def test_a_batch_item_over_http(system: bootstrap.Punctual) -> None:
                 for n in range(size)
             ]
             headers = api.headers()
-            with counting(*system.store.engines) as cost:
+            with counting(system.store.engine) as cost:
                 response = client.post(
                     api.path("/scheduled-starts/batch"), headers=headers, json={"items": items}
                 )
@@ -194,7 +194,7 @@ def test_a_dispatched_start(system: bootstrap.Punctual) -> None:
 
     def dispatch(size: int, tag: str) -> Cost:
         due_starts(system, size, f"d-{tag}")
-        with counting(*system.store.engines) as cost:
+        with counting(system.store.engine) as cost:
             report = dispatch_due(system.services, "runner-test", 100)
         assert len(report.dispatched) == size, report
         return cost
@@ -208,7 +208,7 @@ def test_a_claimed_and_recorded_run(system: bootstrap.Punctual) -> None:
     def run(size: int, tag: str) -> Cost:
         due_starts(system, size, f"r-{tag}")
         assert len(dispatch_due(system.services, "runner-test", 100).dispatched) == size
-        with counting(*system.store.engines) as cost:
+        with counting(system.store.engine) as cost:
             assert claim_and_record(system, 100) == size
         return cost
 
@@ -238,7 +238,7 @@ def test_a_follow_through(system: bootstrap.Punctual) -> None:
         generation.generate(system.services, 1000)
         assert len(dispatch_due(system.services, "runner-test", 100).dispatched) == size
         assert claim_and_record(system, 100) == size
-        with counting(*system.store.engines) as cost:
+        with counting(system.store.engine) as cost:
             assert follow_through(system.services).recorded == size
         return cost
 

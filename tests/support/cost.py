@@ -63,10 +63,9 @@ class _Counter:
 
 
 @contextmanager
-def counting(*engines: sa.Engine) -> Iterator[Cost]:
-    """Count what the ``engines`` send (a store's, ``SqlStore.engines``), from any thread,
-    inside the block."""
-    counter = _Counter(engines[0].dialect.name)
+def counting(engine: sa.Engine) -> Iterator[Cost]:
+    """Count what ``engine`` sends, from any thread, inside the block."""
+    counter = _Counter(engine.dialect.name)
 
     def before_execute(
         conn: sa.Connection,
@@ -92,12 +91,10 @@ def counting(*engines: sa.Engine) -> Iterator[Cost]:
         ("commit", on_commit),
         ("rollback", on_rollback),
     ]
-    for engine in engines:
-        for name, hook in hooks:
-            sa.event.listen(engine, name, hook)
+    for name, hook in hooks:
+        sa.event.listen(engine, name, hook)
     try:
         yield counter.cost
     finally:
-        for engine in engines:
-            for name, hook in hooks:
-                sa.event.remove(engine, name, hook)
+        for name, hook in hooks:
+            sa.event.remove(engine, name, hook)

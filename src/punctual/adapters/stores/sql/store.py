@@ -164,11 +164,6 @@ class SqlStore:
             conn.close()
 
     @property
-    def engines(self) -> list[Engine]:
-        """Every pool this store talks through."""
-        return [self.engine]
-
-    @property
     def creates_in_one_trip(self) -> bool:
         return self.dialect == "postgresql"
 
