@@ -539,6 +539,7 @@ def _assemble(
         on_deliveries_queued=deliveries.ring,
         crash_point=CrashPoints(os.environ.get("PUNCTUAL_CRASH_AT", "")),
         principals=PrincipalCache(settings.auth_cache_seconds),
+        retention_keep_for=retention_policy(settings).keep_for,
     )
     key_watch = None
     if prepare:

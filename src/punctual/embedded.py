@@ -28,7 +28,7 @@ from punctual.errors import PunctualError
 from punctual.ports.store import Tx
 from punctual.settings import load_settings
 from punctual.usecases.kernel.idempotency import IdempotentRequest, Mutation, Outcome, RecordedError
-from punctual.usecases.recurring import schedule_controls, schedule_fields, schedules
+from punctual.usecases.recurring import missed_runs, schedule_controls, schedule_fields, schedules
 from punctual.usecases.running import runs
 from punctual.usecases.scheduled import starts
 from punctual.usecases.tenancy import health, identity
@@ -285,6 +285,12 @@ class Scheduler(AbstractContextManager["Scheduler"]):
         return self._mutate(
             mutation, idempotency_key, f"backfill:{schedule_id}:{after}:{to}:{overlap}"
         )
+
+    def audit_schedule(self, schedule_id: str, start: datetime, end: datetime) -> dict[str, Any]:
+        """Every instant the schedule's specs yielded in ``[start, end)``, and what became
+        of it (RS-10)."""
+        command = missed_runs.AuditSchedule(schedule_id, start, end)
+        return missed_runs.audit_schedule(self.system.services, self.principal, command)
 
     def get_schedule_by_name(self, name: str) -> dict[str, Any]:
         return schedule_controls.get_by_name(self.system.services, self.principal, name)

@@ -55,6 +55,8 @@ PLACEHOLDER_PARAMS = {"occurrence_id"}
 GET_QUERIES: dict[str, dict[str, Any]] = {
     # Read routes that need query parameters to answer 200 for their own tenant.
     "schedule-preview": {"cron": "0 9 * * *", "time_zone": "Europe/Berlin", "count": 3},
+    # A schedule's audit (the tenant's audit log ignores them).
+    "audit": {"from": "2026-11-29T00:00:00Z", "to": "2026-11-30T00:00:00Z"},
 }
 
 

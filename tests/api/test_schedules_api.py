@@ -64,7 +64,14 @@ OCCURRENCE_FIELDS = {
     "attempts",
     "last_error",
 }
-PREVIEW_FIELDS = {"fire_at", "local", "nominal", "dst_adjustment"}
+PREVIEW_FIELDS = {
+    "fire_at",
+    "local",
+    "nominal",
+    "dst_adjustment",
+    "spec_indexes",
+    "calendar_moved_from",
+}
 RFC3339_UTC = re.compile(r"^\d{4}-\d{2}-\d{2}T\d{2}:\d{2}:\d{2}(\.\d+)?Z$")
 REGRESSION = {"metrics": [{"path": "metrics.score", "better": "higher", "tolerance": 0.0}]}
 
@@ -710,15 +717,19 @@ def test_delete_cancels_unstarted_occurrences_and_keeps_history(
 
 
 def preview(api: Api, **params: Any) -> list[dict[str, Any]]:
+    return preview_body(api, **params)["items"]
+
+
+def preview_body(api: Api, **params: Any) -> dict[str, Any]:
     response = api.get("/schedule-preview", **params)
     assert response.status_code == 200, response.text
-    body = response.json()
-    assert set(body) == {"items"}, body
+    body: dict[str, Any] = response.json()
+    assert set(body) == {"items", "skipped"}, body
     items: list[dict[str, Any]] = body["items"]
     for item in items:
         assert set(item) == PREVIEW_FIELDS, item
         assert RFC3339_UTC.match(item["fire_at"]), item
-    return items
+    return body
 
 
 def rows(items: list[dict[str, Any]]) -> list[tuple[str, str, str, str | None]]:
@@ -743,7 +754,7 @@ def test_preview_berlin_spring_gap(alice: Api) -> None:
         ),
         ("2024-04-01T00:30:00.000Z", "2024-04-01T02:30:00+02:00", "2024-04-01T02:30:00", None),
     ]
-    skipped = preview(
+    body = preview_body(
         alice,
         cron="30 2 * * *",
         time_zone="Europe/Berlin",
@@ -751,9 +762,19 @@ def test_preview_berlin_spring_gap(alice: Api) -> None:
         **{"from": "2024-03-30T00:00:00Z"},
         count=2,
     )
-    assert [i["fire_at"] for i in skipped] == [
+    assert [i["fire_at"] for i in body["items"]] == [
         "2024-03-30T01:30:00.000Z",
         "2024-04-01T00:30:00.000Z",
+    ]
+    # The night's 02:30 that did not exist is shown as the decision it is.
+    assert body["skipped"] == [
+        {
+            "at": "2024-03-31T01:00:00.000Z",
+            "reason": "dst_gap",
+            "detail": None,
+            "spec_indexes": [0],
+            "until": None,
+        }
     ]
 
 

@@ -534,6 +534,55 @@ def test_a_dst_gap_skip_is_a_mark_of_its_own(sqlite_url: str, tmp_path: Path) ->
         system.close()
 
 
+def test_calendar_decisions_are_marks_of_their_own_with_their_reason(
+    sqlite_url: str, tmp_path: Path
+) -> None:
+    """Specs, calendar, blackout and deadline are shown; a closed day is a mark of its own
+    with the holiday's name in the table, and the list names each spec (RS-10)."""
+    clock = FakeClock(datetime(2026, 12, 24, 12, 0, tzinfo=UTC))
+    system = bootstrap.build(make_settings(sqlite_url, tmp_path), clock=clock)
+    try:
+        with in_process(system) as client:
+            ui = _ui(system, client)
+            created = ui.api(ui.member).post(
+                "/schedules",
+                {
+                    "name": "payroll",
+                    "workflow": "echo",
+                    "input": {"message": "hi"},
+                    "specs": [
+                        {"cron": "0 9 * * *", "time_zone": "Europe/Berlin"},
+                        {"business_day": -1, "at": "17:30", "time_zone": "Europe/Berlin"},
+                    ],
+                    "calendar": {"holidays": [{"country": "DE", "subdivision": "BY"}]},
+                    "blackouts": [
+                        {"from": "2027-01-10T00:00:00Z", "to": "2027-01-11T00:00:00Z",
+                         "reason": "audit"}
+                    ],
+                    "start_deadline_ms": 3_600_000,
+                    "overlap": "skip",
+                    "missed": "skip",
+                },
+            )  # fmt: skip
+            assert created.status_code == 201, created.text
+            # Closed days are decided by the pass that reaches the next fire (28 Dec).
+            clock.current = datetime(2026, 12, 28, 8, 30, tzinfo=UTC)
+            generate(system.services, 100)
+            schedule_id = created.json()["id"]
+            ui.sign_in(ui.member)
+            page = client.get(f"/ui/t/acme/schedules/{schedule_id}").text
+            marks = re.findall(r'<g class="mark" data-lane="decision" data-kind="([a-z_]+)"', page)
+            assert "calendar_skipped" in marks
+            assert "Christmas Day" in page
+            assert "[1] last business day at 17:30 in Europe/Berlin" in page
+            assert "public holidays of DE-BY" in page
+            assert "(audit)" in page and "never started more than 3600 s late" in page
+            listing = client.get("/ui/t/acme/schedules").text
+            assert "[0] cron 0 9 * * * in Europe/Berlin" in listing
+    finally:
+        system.close()
+
+
 def test_the_page_is_not_part_of_the_openapi_document(ui: Ui) -> None:
     paths = ui.client.get("/openapi.json").json()["paths"]
     assert not [path for path in paths if path.startswith("/ui")]

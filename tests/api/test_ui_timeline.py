@@ -45,6 +45,16 @@ def occurrence(
             "missed",
         ),
         ({"state": "skipped", "reason": "schedule_edited"}, "skipped"),
+        (
+            {"state": "skipped", "reason": "calendar", "reason_detail": "Christmas Day"},
+            "calendar_skipped",
+        ),
+        ({"state": "skipped", "reason": "blackout", "reason_detail": "freeze"}, "blackout"),
+        ({"state": "skipped", "reason": "too_late"}, "too_late"),
+        (
+            {"state": "dispatched", "calendar_moved_from": "2026-12-26T08:00:00.000Z"},
+            "fired_calendar_moved",
+        ),
         ({"state": "failed"}, "failed"),
         ({"state": "canceled", "reason": "canceled"}, "canceled"),
         ({"state": "scheduled"}, "pending"),

@@ -34,7 +34,7 @@ def insert_schedule(store: SqlStore) -> str:
                 settings=ScheduleSettings(
                     name=f"every-second-{schedule_id}",
                     workflow="report",
-                    spec=IntervalSpec(interval_ms=1000, starts_at=T0),
+                    specs=(IntervalSpec(interval_ms=1000, starts_at=T0),),
                     policy=SchedulePolicy(OverlapPolicy.SKIP, MissedPolicy.SKIP),
                     workload_class="default",
                 ),

@@ -58,7 +58,7 @@ def insert_schedule(store: SqlStore, tenant: str = TENANT) -> str:
                 settings=ScheduleSettings(
                     name=f"nightly-{schedule_id}",
                     workflow="report",
-                    spec=IntervalSpec(interval_ms=3_600_000, starts_at=T0),
+                    specs=(IntervalSpec(interval_ms=3_600_000, starts_at=T0),),
                     policy=SchedulePolicy(OverlapPolicy.ALLOW_ALL, MissedPolicy.SKIP),
                     workload_class=QUEUE,
                 ),

@@ -587,6 +587,42 @@ def test_schedules_preview_prints_the_routes_fire_times(cli: Cli) -> None:
     assert both_kinds.returncode == 2
 
 
+def test_schedules_preview_and_create_take_business_days_and_a_calendar(cli: Cli) -> None:
+    calendar = (
+        '{"holidays": [{"country": "DE", "subdivision": "BY"}], "extra_holidays": ["2026-12-31"]}'
+    )
+    payroll = ("--business-day", "-1", "--at", "17:30", "--time-zone", "Europe/Berlin")
+    preview, text = together(
+        lambda: cli.json(
+            "schedules", "preview", *payroll, "--calendar", calendar,
+            "--from", "2026-12-01T00:00:00Z", "--count", "2",
+        ),
+        lambda: cli(
+            "schedules", "preview", "--cron", "0 9 * * *", "--time-zone", "Europe/Berlin",
+            "--calendar", calendar, "--from", "2026-12-24T12:00:00Z", "--count", "1",
+        ),
+    )  # fmt: skip
+    assert [fire["fire_at"] for fire in preview["items"]] == [
+        "2026-12-30T16:30:00.000Z",
+        "2027-01-29T16:30:00.000Z",
+    ]
+    assert text.returncode == 0, text.stderr
+    assert "calendar: Christmas Day" in text.stdout  # the closed days it stepped over
+    created = cli.json(
+        "schedules", "create", "--name", "payroll", "--workflow", "echo",
+        "--input", '{"message": "pay"}', *payroll, "--calendar", calendar,
+        "--overlap", "skip", "--missed", "skip", "--start-deadline-ms", "14400000",
+    )  # fmt: skip
+    assert created["specs"][0]["business_day"] == -1
+    assert created["calendar"]["extra_holidays"] == ["2026-12-31"]
+    assert created["start_deadline_ms"] == 14_400_000
+    shown = cli("schedules", "get", created["id"])
+    assert "last business day at 17:30 in Europe/Berlin" in shown.stdout
+    assert "holidays of DE-BY" in shown.stdout
+    several = cli("schedules", "preview", "--specs", "[not json")
+    assert several.returncode == 2
+
+
 # --- members, tokens, health ---------------------------------------------------------------------
 
 

@@ -519,7 +519,7 @@ def test_a_backfill_across_a_dst_night_stores_what_the_preview_shows(
     )["id"]
     previewed = [
         (item["fire_at"], item["nominal"], item["dst_adjustment"])
-        for item in schedules.preview(spec, start, 100)["items"]
+        for item in schedules.preview({"spec": spec}, start, 100)["items"]
         if item["fire_at"] <= to_rfc3339(end)
     ]
     body = rig.backfill(sid, start, end)

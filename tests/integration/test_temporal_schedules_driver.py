@@ -161,6 +161,24 @@ def test_refusals_name_the_field_and_the_driver(api: Api) -> None:
         "field": "blackouts",
         "driver": "temporal_schedules",
     }
+    # Several specs, a calendar and a business day are punctual's own (RS-10).
+    mornings = {"cron": "0 9 * * *", "time_zone": "Europe/Berlin"}
+    payroll = {"business_day": -1, "at": "17:30", "time_zone": "Europe/Berlin"}
+    for field, fields in (
+        ("specs", {"specs": [mornings, {**mornings, "cron": "0 18 * * *"}]}),
+        ("calendar", {"spec": mornings, "calendar": {"weekend": ["sun"]}}),
+        ("spec.business_day", {"specs": [payroll], "calendar": {}}),
+    ):
+        sent = named(f"refused-{field}", **fields)
+        if "specs" in fields:
+            del sent["spec"]  # a body sends spec or specs
+        refusal = api.post("/schedules", sent)
+        assert refusal.status_code == 422, refusal.text
+        assert refusal.json()["error"]["code"] == "unsupported_by_driver", refusal.text
+        assert refusal.json()["error"]["details"] == {
+            "field": field,
+            "driver": "temporal_schedules",
+        }
     berlin = api.post(
         "/schedules", named("berlin", spec={"cron": "30 2 * * *", "time_zone": "Europe/Berlin"})
     )

@@ -289,7 +289,7 @@ def test_backfill_of_a_dst_night_is_exactly_what_the_preview_shows(
     )
     previewed = [
         item["fire_at"]
-        for item in preview(data, start, 100)["items"]
+        for item in preview({"spec": data}, start, 100)["items"]
         if item["fire_at"] <= to_rfc3339(end)
     ]
     assert [to_rfc3339(fire.at) for fire in backfill_fires(spec, start, end)] == previewed

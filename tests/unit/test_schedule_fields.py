@@ -28,7 +28,7 @@ from punctual.usecases.recurring.schedule_fields import (
     decode_create,
     decode_update,
     decode_upsert,
-    settle_spec,
+    settle_timing,
     view_of,
 )
 
@@ -70,6 +70,11 @@ def _other_value(name: str) -> Any:
         "name": "weekly",
         "workflow": "score",
         "spec": {"interval_ms": 60_000},
+        "specs": [
+            {"cron": "0 9 * * 1-5", "time_zone": "Europe/Berlin"},
+            {"business_day": -1, "at": "17:30", "time_zone": "Europe/Berlin"},
+        ],
+        "calendar": {"holidays": [{"country": "DE", "subdivision": "BY"}]},
         "overlap": "allow_all",
         "missed": "skip",
         "max_catch_up": 3,
@@ -107,10 +112,32 @@ def test_a_create_takes_the_defaults_and_decodes_to_domain_values() -> None:
 
 
 def test_the_view_is_the_request_form_of_every_field() -> None:
-    body = {**MINIMAL, **{f.name: _other_value(f.name) for f in FIELDS}}
+    # Every field but ``spec``: a body sends ``spec`` or ``specs``, not both.
+    body = {f.name: _other_value(f.name) for f in FIELDS if f.name != "spec"}
+    body = {k: v for k, v in {**MINIMAL, **body}.items() if k != "spec"}
     view = view_of(decode_create(body).settings)
     assert list(view) == [f.name for f in FIELDS]
-    assert view["spec"] == {"interval_ms": 60_000, "starts_at": None}
+    assert view["spec"] == {
+        "cron": "0 9 * * 1-5",
+        "time_zone": "Europe/Berlin",
+        "dst_gap": "shift_to_gap_end",
+        "dst_overlap": "first",
+    }
+    assert view["specs"][0] == view["spec"]
+    assert view["specs"][1] == {
+        "business_day": -1,
+        "at": "17:30",
+        "time_zone": "Europe/Berlin",
+        "dst_gap": "shift_to_gap_end",
+        "dst_overlap": "first",
+    }
+    assert view["calendar"] == {
+        "holidays": [{"country": "DE", "subdivision": "BY"}],
+        "weekend": ["sat", "sun"],
+        "extra_holidays": [],
+        "extra_workdays": [],
+        "on_closed_day": "skip",
+    }
     assert view["catch_up_window"] == 60.0
     assert view["end_at"] == "2027-01-01T00:00:00.000Z"
     assert view["regression"] == {
@@ -123,6 +150,8 @@ def test_the_view_is_the_request_form_of_every_field() -> None:
         {"from": "2026-12-23T23:00:00.000Z", "to": "2027-01-01T23:00:00.000Z", "reason": None},
     ]
     # The view decodes back to the same settings: no field loses anything on the way out.
+    # It shows ``spec`` and ``specs``; a body sends one of them (``spec`` is ``specs[0]``).
+    del view["spec"]
     assert decode_create({**view, INPUT: None}).settings == decode_create(body).settings
 
 
@@ -191,8 +220,9 @@ def test_an_upsert_takes_its_name_from_the_path_and_remembers_what_was_sent() ->
 
 
 def test_the_checks_against_the_mutations_time() -> None:
-    unstarted = decode_create({**MINIMAL, "spec": {"interval_ms": 60_000}}).settings.spec
-    assert settle_spec(unstarted, NOW) == IntervalSpec(60_000, NOW + timedelta(minutes=1))
+    unstarted = decode_create({**MINIMAL, "spec": {"interval_ms": 60_000}}).settings
+    settled = settle_timing(unstarted, NOW).spec
+    assert settled == IntervalSpec(60_000, NOW + timedelta(minutes=1))
     check_end_at(NOW, NOW)
     with pytest.raises(InvalidRequest) as past:
         check_end_at(NOW - timedelta(seconds=1), NOW)

@@ -6,6 +6,7 @@ occurrences, preview, trigger, backfill, and ``apply`` of a file of schedules
 
 from __future__ import annotations
 
+import re
 from pathlib import Path
 from typing import TYPE_CHECKING, Annotated, Any
 
@@ -33,7 +34,15 @@ from punctual.cli.remote import (
 )
 
 if TYPE_CHECKING:
-    from punctual.resources import Fire, Occurrence, Schedule
+    from punctual.resources import (
+        AuditItem,
+        BusinessDaySpec,
+        CronSpec,
+        Fire,
+        IntervalSpec,
+        Occurrence,
+        Schedule,
+    )
 
 schedules_app = typer.Typer(help="Recurring schedules (over HTTP).", no_args_is_help=True)
 
@@ -41,13 +50,44 @@ ScheduleIdArg = Annotated[str, typer.Argument(help="The schedule's id.", show_de
 
 
 def spec_text(schedule: Schedule) -> str:
-    from punctual.resources import CronSpec
+    """Each spec in words, numbered when there are several."""
+    specs = schedule.specs or [schedule.spec]
+    if len(specs) == 1:
+        return _one_spec_text(specs[0])
+    return "; ".join(f"[{index}] {_one_spec_text(spec)}" for index, spec in enumerate(specs))
 
-    spec = schedule.spec
+
+def _one_spec_text(spec: CronSpec | IntervalSpec | BusinessDaySpec) -> str:
+    from punctual.resources import BusinessDaySpec, CronSpec
+
     if isinstance(spec, CronSpec):
         return f"cron {spec.cron!r} in {spec.time_zone}"
+    if isinstance(spec, BusinessDaySpec):
+        n = spec.business_day
+        nth = "last" if n == -1 else f"{n}th" if n > 0 else f"{-n}th from last"
+        return f"the {nth} business day at {spec.at} in {spec.time_zone}"
     starts = f" from {when(spec.starts_at)}" if spec.starts_at else ""
     return f"every {spec.interval_ms} ms{starts}"
+
+
+def calendar_text(schedule: Schedule) -> str | None:
+    """Regions, weekend, extra dates and what a closed day does; None without one."""
+    calendar = schedule.calendar
+    if calendar is None:
+        return None
+    regions = [
+        r.country + (f"-{r.subdivision}" if r.subdivision else "") for r in calendar.holidays
+    ]
+    parts = [
+        f"holidays of {', '.join(regions)}" if regions else "no holidays",
+        f"weekend {', '.join(calendar.weekend) or 'none'}",
+    ]
+    if calendar.extra_holidays:
+        parts.append(f"also closed {', '.join(calendar.extra_holidays)}")
+    if calendar.extra_workdays:
+        parts.append(f"also open {', '.join(calendar.extra_workdays)}")
+    parts.append(f"closed days: {calendar.on_closed_day.replace('_', ' ')}")
+    return "; ".join(parts)
 
 
 def schedule_line(schedule: Schedule) -> str:
@@ -67,6 +107,7 @@ def schedule_block(schedule: Schedule) -> list[str]:
             ("revision", schedule.revision),
             ("workflow", schedule.workflow),
             ("spec", spec_text(schedule)),
+            ("calendar", calendar_text(schedule)),
             ("overlap", schedule.overlap),
             ("missed", schedule.missed),
             ("max catch-up", schedule.max_catch_up),
@@ -74,6 +115,7 @@ def schedule_block(schedule: Schedule) -> list[str]:
             ("end at", schedule.end_at),
             ("remaining", schedule.remaining_occurrences),
             ("jitter ms", schedule.jitter_ms or None),
+            ("start deadline ms", schedule.start_deadline_ms),
             ("blackouts", blackouts_text(schedule)),
             ("paused until", schedule.paused_until),
             ("source", schedule.source),
@@ -108,6 +150,8 @@ def occurrence_line(occurrence: Occurrence) -> str:
     missed = occurrence.range
     span = f" {missed.count} missed up to {when(missed.last)}" if missed else ""
     adjusted = f" dst:{occurrence.dst_adjustment}" if occurrence.dst_adjustment else ""
+    if occurrence.calendar_moved_from:
+        adjusted += f" moved from {when(occurrence.calendar_moved_from)}"
     run = f" run {occurrence.run_id}" if occurrence.run_id else ""
     follow = occurrence.follow_through
     outcome = f" follow-through: {follow.status}" if follow else ""
@@ -120,6 +164,8 @@ def occurrence_line(occurrence: Occurrence) -> str:
 
 def fire_line(fire: Fire) -> str:
     adjusted = f"  {fire.dst_adjustment}" if fire.dst_adjustment else ""
+    if fire.calendar_moved_from is not None:
+        adjusted += f"  moved from {when(fire.calendar_moved_from)}"
     return f"{when(fire.fire_at)}  {fire.local}  (nominal {fire.nominal}){adjusted}"
 
 
@@ -130,18 +176,65 @@ def spec_of(
     dst_overlap: str | None,
     interval_ms: int | None,
     starts_at: str | None,
-) -> dict[str, Any]:
-    """The ``spec`` of a create body from its options (exactly one of cron and interval)."""
-    if (cron is None) == (interval_ms is None):
-        fail(EXIT_INVALID, "give exactly one of --cron or --interval-ms")
+    business_day: int | None = None,
+    at: str | None = None,
+) -> dict[str, Any] | None:
+    """The ``spec`` of a create body from its options (at most one of cron, interval and
+    business day); None when none is given (``--specs`` may say it)."""
+    given = 3 - [cron, interval_ms, business_day].count(None)
+    if given != 1:
+        if given == 0:
+            return None
+        fail(EXIT_INVALID, "give exactly one of --cron, --interval-ms or --business-day")
     fields: dict[str, Any]
-    if cron is not None:
-        fields = {"cron": cron, "time_zone": time_zone or "UTC"}
+    if cron is not None or business_day is not None:
+        when = {"cron": cron} if cron is not None else {"business_day": business_day, "at": at}
+        fields = {**when, "time_zone": time_zone or "UTC"}
         optional = {"dst_gap": dst_gap, "dst_overlap": dst_overlap}
     else:
         fields = {"interval_ms": interval_ms}
         optional = {"starts_at": starts_at}
     return {**fields, **{name: value for name, value in optional.items() if value is not None}}
+
+
+def timing_of(
+    spec: dict[str, Any] | None, specs: str | None, calendar: str | None
+) -> dict[str, Any]:
+    """``spec`` or ``specs`` (JSON or @FILE), and ``calendar`` (JSON or @FILE), as a body
+    or a preview takes them."""
+    if not spec and not specs:
+        fail(EXIT_INVALID, "give exactly one of --cron, --interval-ms, --business-day or --specs")
+    fields: dict[str, Any] = {"specs": parse_json(specs, "--specs")} if specs else {"spec": spec}
+    if calendar is not None:
+        fields["calendar"] = parse_json(calendar, "--calendar")
+    return fields
+
+
+BusinessDayOpt = Annotated[
+    int | None,
+    typer.Option(
+        help="The N-th business day of each month (1-23; -1 is the last); needs --calendar.",
+        rich_help_panel="Spec",
+    ),
+]
+AtOpt = Annotated[
+    str | None,
+    typer.Option(help="A business day's local time, HH:MM.", rich_help_panel="Spec"),
+]
+SpecsOpt = Annotated[
+    str | None,
+    typer.Option(
+        help="Several specs as a JSON list (or @FILE), instead of one.", rich_help_panel="Spec"
+    ),
+]
+CalendarOpt = Annotated[
+    str | None,
+    typer.Option(
+        help='Business calendar as JSON (or @FILE): {"holidays": [{"country": "DE", '
+        '"subdivision": "BY"}], "on_closed_day": "skip"}.',
+        rich_help_panel="Spec",
+    ),
+]
 
 
 CronOpt = Annotated[
@@ -204,10 +297,22 @@ def schedules_create(
     jitter_ms: Annotated[
         int | None, typer.Option(help="Delay each fire by up to this much.", show_default=False)
     ] = None,
+    business_day: BusinessDayOpt = None,
+    at: AtOpt = None,
+    specs: SpecsOpt = None,
+    calendar: CalendarOpt = None,
+    start_deadline_ms: Annotated[
+        int | None,
+        typer.Option(help="Never start a fire's body this long after it was due (>= 1000)."),
+    ] = None,
     idempotency_key: KeyOpt = None,
 ) -> None:
-    """Create a recurring schedule (cron in a time zone, or an interval); you are its creator."""
-    spec = spec_of(cron, time_zone, dst_gap, dst_overlap, interval_ms, starts_at)
+    """Create a recurring schedule (cron in a time zone, an interval, a business day, or
+    several specs, with an optional business calendar); you are its creator."""
+    spec = spec_of(cron, time_zone, dst_gap, dst_overlap, interval_ms, starts_at, business_day, at)
+    timing = timing_of(spec, specs, calendar)
+    if start_deadline_ms is not None:
+        timing["start_deadline_ms"] = start_deadline_ms
     payload = parse_json(input_json, "--input")
     policy = parse_json(regression, "--regression") if regression is not None else None
     with session(remote, as_json) as client:
@@ -215,7 +320,6 @@ def schedules_create(
             name=name,
             workflow=workflow,
             input=payload,
-            spec=spec,
             overlap=overlap,
             missed=missed,
             max_catch_up=max_catch_up,
@@ -229,6 +333,7 @@ def schedules_create(
             max_occurrences=max_occurrences,
             jitter_ms=jitter_ms,
             idempotency_key=mutation_key(idempotency_key),
+            **timing,
         )
     emit(schedule, as_json, schedule_block(schedule))
 
@@ -333,6 +438,35 @@ def schedules_occurrences(
     emit(page, as_json, table(lines, page.next_cursor, "no occurrences"))
 
 
+@tenant_command(schedules_app.command("audit"))
+def schedules_audit(
+    remote: Remote,
+    as_json: bool,
+    schedule: Annotated[str, typer.Argument(help="The schedule's id or name.", show_default=False)],
+    after: Annotated[
+        str, typer.Option("--from", help="From this instant, included.", show_default=False)
+    ],
+    to: Annotated[str, typer.Option(help="To this instant, excluded.", show_default=False)],
+) -> None:
+    """Every instant the schedule's specs yielded in [from, to) and what became of it:
+    fired, skipped (why), not generated (why, with the pause), or missing (a defect)."""
+    with session(remote, as_json) as client:
+        schedule_id = schedule
+        if not re.fullmatch(r"sch_[0-9a-f]{24}", schedule):
+            schedule_id = client.get_schedule_by_name(schedule).id
+        answer = client.audit_schedule(schedule_id, after=after, to=to)
+    lines = [audit_line(item) for item in answer.items]
+    lines += [f"paused {when(p.start)} - {when(p.end)} by {p.by}" for p in answer.paused]
+    emit(answer, as_json, table(lines, None, "no instants in the range"))
+
+
+def audit_line(item: AuditItem) -> str:
+    why = f" ({item.reason})" if item.reason else ""
+    run = f" run {item.run_id} {item.run_state or ''}".rstrip() if item.run_id else ""
+    specs = ",".join(str(i) for i in item.spec_indexes)
+    return f"{when(item.instant)}  [{specs}]  {item.outcome}{why}{run}"
+
+
 @tenant_command(schedules_app.command("preview"))
 def schedules_preview(
     remote: Remote,
@@ -348,12 +482,21 @@ def schedules_preview(
         typer.Option("--from", help="Fire times strictly after this instant (default now)."),
     ] = None,
     count: Annotated[int | None, typer.Option(help="How many, 1-100 (default 10).")] = None,
+    business_day: BusinessDayOpt = None,
+    at: AtOpt = None,
+    specs: SpecsOpt = None,
+    calendar: CalendarOpt = None,
 ) -> None:
-    """The fire times a spec gives, with DST adjustments, before creating it."""
-    spec = spec_of(cron, time_zone, dst_gap, dst_overlap, interval_ms, starts_at)
+    """The fire times a spec (or several, with a calendar) gives, with DST adjustments and
+    the closed days skipped or moved, before creating it."""
+    spec = spec_of(cron, time_zone, dst_gap, dst_overlap, interval_ms, starts_at, business_day, at)
+    timing = timing_of(spec, specs, calendar)
+    one = timing.pop("spec", None) or {}
     with session(remote, as_json) as client:
-        preview = client.preview_schedule(**spec, after=after, count=count)
-    emit(preview, as_json, table([fire_line(f) for f in preview.items], None, "no fire times"))
+        preview = client.preview_schedule(**one, **timing, after=after, count=count)
+    lines = [fire_line(f) for f in preview.items]
+    lines += [f"skipped {when(s.at)}  {s.reason}: {s.detail or '-'}" for s in preview.skipped]
+    emit(preview, as_json, table(lines, None, "no fire times"))
 
 
 OverlapOpt = Annotated[

@@ -4,6 +4,7 @@ path, body, query, idempotency key) and says how to read its answer. ``PunctualC
 
 from __future__ import annotations
 
+import json
 from collections.abc import Callable, Mapping, Sequence
 from datetime import datetime
 from typing import Any, Literal, TypeVar
@@ -44,6 +45,7 @@ from punctual.resources import (
     Run,
     RunPage,
     Schedule,
+    ScheduleAudit,
     SchedulePage,
     SchedulePreview,
     ScheduleUpsert,
@@ -258,7 +260,7 @@ def create_schedule(
     name: str,
     workflow: str,
     input: Any,
-    spec: Mapping[str, Any],
+    spec: Mapping[str, Any] | None = None,
     overlap: str,
     missed: str,
     max_catch_up: int | None = None,
@@ -275,18 +277,20 @@ def create_schedule(
     idempotency_key: str | None = None,
     **more: Any,
 ) -> Call[Schedule]:
-    """``spec`` is ``{"cron", "time_zone"?, "dst_gap"?, "dst_overlap"?}`` or
-    ``{"interval_ms", "starts_at"?}``; options left ``None`` take the server's defaults.
-    ``more``: any other field of the create body by its API name, so a field the server
-    has and these named options do not yet is still sent as given."""
+    """``spec`` is ``{"cron", "time_zone"?, "dst_gap"?, "dst_overlap"?}``,
+    ``{"interval_ms", "starts_at"?}`` or ``{"business_day", "at", "time_zone"}``, or pass
+    ``specs=[...]`` instead; options left ``None`` take the server's defaults.
+    ``more``: any other field of the create body by its API name (``specs``,
+    ``calendar``, ``blackouts``...), so a field the server has and these named options do
+    not yet is still sent as given."""
     body = _schedule_body(
         name=name,
         workflow=workflow,
         input=input,
-        spec=spec,
         overlap=overlap,
         missed=missed,
         **given(
+            spec=spec,
             max_catch_up=max_catch_up,
             catch_up_window=catch_up_window,
             misfire_grace_ms=misfire_grace_ms,
@@ -395,10 +399,22 @@ def preview_schedule(
     dst_overlap: str | None = None,
     interval_ms: int | None = None,
     starts_at: datetime | str | None = None,
+    business_day: int | None = None,
+    at: str | None = None,
+    specs: Sequence[Mapping[str, Any]] | None = None,
+    calendar: Mapping[str, Any] | None = None,
+    blackouts: Sequence[Mapping[str, Any]] | None = None,
     after: datetime | str | None = None,
     count: int | None = None,
 ) -> Call[SchedulePreview]:
-    """The fire times strictly after ``after`` (the API's ``from``; default now)."""
+    """The fire times strictly after ``after`` (the API's ``from``; default now) of one
+    spec, or of a schedule's ``specs``, ``calendar`` and ``blackouts`` (as a schedule
+    takes them), with the decisions not to fire met on the way (``skipped``)."""
+    as_json = {
+        name: json.dumps(jsonable(value))
+        for name, value in (("specs", specs), ("calendar", calendar), ("blackouts", blackouts))
+        if value is not None
+    }
     params = given(
         cron=cron,
         time_zone=time_zone,
@@ -406,7 +422,10 @@ def preview_schedule(
         dst_overlap=dst_overlap,
         interval_ms=interval_ms,
         starts_at=instant(starts_at),
+        business_day=business_day,
+        at=at,
         count=count,
+        **as_json,
         **{"from": instant(after)},
     )
     return query("/schedule-preview", model(SchedulePreview), **params)
@@ -432,6 +451,16 @@ def backfill_schedule(
     path = f"/schedules/{escaped(schedule_id)}/backfill"
     body = {"from": instant(after), "to": instant(to), **given(overlap=overlap)}
     return mutation("POST", path, model(BackfillResult), idempotency_key, body)
+
+
+def audit_schedule(
+    schedule_id: str, *, after: datetime | str, to: datetime | str
+) -> Call[ScheduleAudit]:
+    """Every instant the schedule's specs yielded in ``[after, to)`` and what became of it
+    (``fired``, ``skipped``, ``not_generated``, ``missing``), with the pauses (RS-10)."""
+    path = f"/schedules/{escaped(schedule_id)}/audit"
+    params = {"from": instant(after), "to": instant(to)}
+    return query(path, model(ScheduleAudit), **params)
 
 
 def get_schedule_by_name(name: str) -> Call[Schedule]:

@@ -28,6 +28,7 @@ from zoneinfo import ZoneInfo
 from punctual.domain.calendars import BusinessCalendar, InvalidCalendar, OnClosedDay
 from punctual.domain.recurrence import (
     CronSpec,
+    DstAdjustment,
     DstGap,
     DstOverlap,
     DstSkip,
@@ -49,6 +50,7 @@ __all__ = [
     "PlannedFire",
     "PlannedSkip",
     "ScheduleSpec",
+    "Timing",
     "iter_schedule_timeline",
     "next_planned_fires",
 ]
@@ -115,6 +117,14 @@ class PlannedFire:
     @property
     def at(self) -> datetime:
         return self.fire.at
+
+    @property
+    def nominal(self) -> datetime:
+        return self.fire.nominal
+
+    @property
+    def dst_adjustment(self) -> DstAdjustment | None:
+        return self.fire.dst_adjustment
 
 
 @dataclass(frozen=True, slots=True)
@@ -323,3 +333,79 @@ def _moved_rank(item: _Moved | DstSkip) -> int:
 def _day_start(day: date, zone: ZoneInfo) -> datetime:
     """An instant at or just around local midnight of ``day`` (a bound for walking)."""
     return datetime.combine(day, time()).replace(tzinfo=zone).astimezone(UTC)
+
+
+@dataclass(frozen=True, slots=True)
+class Timing:
+    """When a schedule fires: its specs merged and its calendar applied, read as one
+    timeline by generation, the preview, backfill and the audit alike (SPEC RS-10).
+
+    A single cron or interval spec without a calendar is *plain*: it takes the same
+    path with no merge, and the arithmetic shortcuts of ``recurrence`` (counting an
+    interval's fires without walking them) stay available.
+    """
+
+    specs: tuple[ScheduleSpec, ...]
+    calendar: BusinessCalendar | None = None
+
+    def __post_init__(self) -> None:
+        if not 1 <= len(self.specs) <= MAX_SPECS:
+            raise ValueError(f"a schedule has 1 to {MAX_SPECS} specs, not {len(self.specs)}")
+
+    @property
+    def plain(self) -> CronSpec | IntervalSpec | None:
+        """The one spec when nothing is merged or applied, else None."""
+        spec = self.specs[0]
+        if len(self.specs) == 1 and self.calendar is None and not isinstance(spec, BusinessDaySpec):
+            return spec
+        return None
+
+    @property
+    def records_skips(self) -> bool:
+        """Whether its timeline can hold a skip that is recorded (``recorded``)."""
+        return self.calendar is not None or any(_names_wall_times(s) for s in self.specs)
+
+    def timeline(self, after: datetime) -> Iterator[PlannedFire | PlannedSkip]:
+        """``iter_schedule_timeline`` of these specs and this calendar."""
+        plain = self.plain
+        if plain is None:
+            return iter_schedule_timeline(self.specs, self.calendar, after)
+        return _plain_timeline(plain, after)
+
+    def fires(self, after: datetime) -> Iterator[PlannedFire]:
+        return (item for item in self.timeline(after) if isinstance(item, PlannedFire))
+
+    def first_fire_after(self, after: datetime) -> PlannedFire | None:
+        return next(self.fires(after), None)
+
+    def recorded(self, skip: PlannedSkip) -> bool:
+        """A closed day is always a decision worth recording; a DST gap only where a spec
+        named that wall time (a wildcard cron names every minute and records none)."""
+        if isinstance(skip.skip, CalendarSkip):
+            return True
+        return any(_names_wall_times(self.specs[index]) for index in skip.spec_indexes)
+
+
+def _names_wall_times(spec: ScheduleSpec) -> bool:
+    return isinstance(spec, BusinessDaySpec) or (isinstance(spec, CronSpec) and spec.fixed_time)
+
+
+def _plain_timeline(
+    spec: CronSpec | IntervalSpec, after: datetime
+) -> Iterator[PlannedFire | PlannedSkip]:
+    """One spec's items, one per instant: a fire absorbs a skip at its instant."""
+    for _, group in itertools.groupby(iter_timeline(spec, after), key=lambda item: item.at):
+        fire: Fire | None = None
+        skip: DstSkip | None = None
+        for item in group:
+            if isinstance(item, Fire):
+                fire = item
+            elif skip is None:
+                skip = item
+        if fire is not None:
+            yield PlannedFire(fire, _FIRST)
+        elif skip is not None:
+            yield PlannedSkip(skip, _FIRST)
+
+
+_FIRST = (0,)

@@ -22,6 +22,7 @@ from __future__ import annotations
 import calendar as month_calendar
 import enum
 import functools
+import warnings
 from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, field
 from datetime import date, timedelta
@@ -274,7 +275,11 @@ def _holidays_of(country: str, subdivision: str | None, year: int) -> Mapping[da
     """A region's public holidays of one year: date -> names."""
     if not 1 <= year <= 9999:
         return {}
-    table = holidays.country_holidays(country, subdiv=subdivision, years=year)
+    with warnings.catch_warnings():
+        # Some regions' data covers a span of years (India's lunar holidays, 2001-2035):
+        # outside it the package says so once per call, and knows the fixed-date ones only.
+        warnings.simplefilter("ignore", UserWarning)
+        table = holidays.country_holidays(country, subdiv=subdivision, years=year)
     return {day: list(table.get_list(day)) for day in table}
 
 

@@ -109,11 +109,12 @@ def _alive_at(ordered: Sequence[FireLifetime], starts: Sequence[datetime], at: d
 
 
 def dst_gap_skips(
-    spec: RecurrenceSpec, after: datetime, until: datetime, accounted: Accounted
+    spec: RecurrenceSpec | None, after: datetime, until: datetime, accounted: Accounted
 ) -> list[DstSkip]:
     """The wall times a fixed-time ``dst_gap: skip`` expression named in ``(after, until]``
     that did not exist, as the generation pass records them (reason ``dst_gap``); one that
-    lands on an instant the expression also fires at, or already has a row, is left out."""
+    lands on an instant the expression also fires at, or already has a row, is left out.
+    None: a timing the driver does not fire (several specs, a calendar) has none."""
     if not isinstance(spec, CronSpec) or not spec.fixed_time:
         return []
     return [

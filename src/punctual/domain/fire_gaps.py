@@ -7,9 +7,11 @@ Apart from ``recurrence`` because it reads a spec's timeline rather than definin
 from __future__ import annotations
 
 import itertools
+from collections.abc import Sequence
 from datetime import datetime, timedelta
 from zoneinfo import ZoneInfo
 
+from punctual.domain.calendar_timeline import BusinessDaySpec, PlannedFire, Timing
 from punctual.domain.recurrence import (
     Fire,
     IntervalSpec,
@@ -23,6 +25,8 @@ from punctual.domain.recurrence import (
 _GAP_SCAN_FIRES = 2_000
 """Fires read from the start of a gap search; beyond them only the weeks around DST
 transitions are read (a cron pattern repeats otherwise, see ``smallest_gap``)."""
+_MERGED_SCAN_FIRES = 20_000
+"""Fires read of a timing with several specs or a calendar."""
 _CRON_RESOLUTION = timedelta(minutes=1)
 """No two cron fires are closer: fires and tzdata transitions fall on whole minutes."""
 _OFFSET_SAMPLE = timedelta(hours=6)
@@ -38,7 +42,7 @@ def _fires_until(spec: RecurrenceSpec, after: datetime, until: datetime, limit: 
     return fires
 
 
-def _smallest_step(fires: list[Fire]) -> timedelta | None:
+def _smallest_step(fires: Sequence[Fire | PlannedFire]) -> timedelta | None:
     steps = [later.at - earlier.at for earlier, later in itertools.pairwise(fires)]
     return min(steps) if steps else None
 
@@ -56,7 +60,43 @@ def _transitions(zone: ZoneInfo, start: datetime, end: datetime) -> list[datetim
     return found
 
 
-def smallest_gap(spec: RecurrenceSpec, after: datetime, horizon: timedelta) -> timedelta | None:
+def smallest_gap(
+    when: Timing | RecurrenceSpec, after: datetime, horizon: timedelta
+) -> timedelta | None:
+    """The shortest time between two consecutive fires of a schedule's timing in
+    ``(after, after + horizon]``; None when fewer than two fires lie there.
+
+    Several specs or a calendar: the merged fires are read, at most ``_MERGED_SCAN_FIRES``
+    of them; past those, each spec's own smallest gap bounds the answer too (a gap
+    between two specs' fires, or made by a move, beyond the first fires read is not
+    seen: a jitter bound, not a promise).
+    """
+    timing = when if isinstance(when, Timing) else Timing((when,))
+    plain = timing.plain
+    if plain is not None:
+        return _plain_smallest_gap(plain, after, horizon)
+    start = utc_instant(after, "after")
+    end = start + horizon
+    fires = list(
+        itertools.islice(
+            itertools.takewhile(lambda f: f.at <= end, timing.fires(start)), _MERGED_SCAN_FIRES
+        )
+    )
+    smallest = _smallest_step(fires)
+    if len(fires) < _MERGED_SCAN_FIRES:
+        return smallest
+    for spec in timing.specs:
+        if isinstance(spec, BusinessDaySpec):
+            continue
+        own = _plain_smallest_gap(spec, after, horizon)
+        if own is not None and (smallest is None or own < smallest):
+            smallest = own
+    return smallest
+
+
+def _plain_smallest_gap(
+    spec: RecurrenceSpec, after: datetime, horizon: timedelta
+) -> timedelta | None:
     """The shortest time between two consecutive fires in ``(after, after + horizon]``,
     DST passes included; None when fewer than two fires lie there.
 

@@ -13,6 +13,7 @@ PREFIXES = frozenset(
         "st",
         "run",
         "sch",
+        "sev",
         "occ",
         "tok",
         "fnd",

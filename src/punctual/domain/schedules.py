@@ -13,12 +13,22 @@ from __future__ import annotations
 import bisect
 import hashlib
 import itertools
-from collections.abc import Collection, Sequence
+from collections.abc import Collection, Mapping, Sequence
 from dataclasses import dataclass, field, fields, replace
-from datetime import UTC, datetime, timedelta
+from datetime import UTC, date, datetime, time, timedelta
 from enum import StrEnum
 from typing import Any
 
+from punctual.domain.calendar_timeline import (
+    BusinessDaySpec,
+    CalendarSkip,
+    InvalidBusinessDay,
+    PlannedFire,
+    PlannedSkip,
+    ScheduleSpec,
+    Timing,
+)
+from punctual.domain.calendars import BusinessCalendar, InvalidCalendar, OnClosedDay
 from punctual.domain.fire_gaps import smallest_gap
 from punctual.domain.recurrence import (
     CronSpec,
@@ -26,13 +36,8 @@ from punctual.domain.recurrence import (
     DstGap,
     DstOverlap,
     DstSkip,
-    Fire,
     IntervalSpec,
-    RecurrenceSpec,
     count_fires_between,
-    iter_fires,
-    iter_timeline,
-    skipped_by_dst,
 )
 from punctual.domain.timeutil import parse_rfc3339, to_rfc3339
 
@@ -166,6 +171,10 @@ class PlannedOccurrence:
     nominal: datetime
     dst_adjustment: DstAdjustment | None
     late: bool
+    spec_indexes: tuple[int, ...] = (0,)
+    """The specs that yielded it (RS-10)."""
+    moved_from: datetime | None = None
+    """The instant it would have had, when the calendar moved it off a closed day."""
 
 
 @dataclass(frozen=True)
@@ -194,6 +203,9 @@ class Plan:
     skipped_ranges: list[SkippedRange] = field(default_factory=list)
     """Fires inside blackouts (RS-10), one range per blackout and pass, and the missed
     fires after a blackout that split a missed stretch (``missed`` is the first)."""
+    calendar_skipped: list[SkippedRange] = field(default_factory=list)
+    """Instants the calendar closed (RS-10), reason ``calendar`` with the closed day's
+    reason; not fires, so not counted."""
 
     @property
     def counted(self) -> int:
@@ -205,14 +217,16 @@ class Plan:
         )
 
 
-def spec_from_json(data: dict[str, Any]) -> RecurrenceSpec:
+def spec_from_json(data: dict[str, Any]) -> ScheduleSpec:
     """The stored or requested spec; raises ``RecurrenceError`` subclasses when invalid."""
-    if "cron" in data:
-        return CronSpec(
-            expression=str(data["cron"]),
-            time_zone=str(data.get("time_zone") or "UTC"),
-            dst_gap=DstGap(data.get("dst_gap") or DstGap.SHIFT_TO_GAP_END),
-            dst_overlap=DstOverlap(data.get("dst_overlap") or DstOverlap.FIRST),
+    if "cron" in data or "business_day" in data:
+        zone = str(data.get("time_zone") or "UTC")
+        gap = DstGap(data.get("dst_gap") or DstGap.SHIFT_TO_GAP_END)
+        overlap = DstOverlap(data.get("dst_overlap") or DstOverlap.FIRST)
+        if "cron" in data:
+            return CronSpec(str(data["cron"]), zone, gap, overlap)
+        return BusinessDaySpec(
+            data["business_day"], _local_time(data.get("at")), zone, gap, overlap
         )
     starts_at = data.get("starts_at")
     return IntervalSpec(
@@ -221,10 +235,24 @@ def spec_from_json(data: dict[str, Any]) -> RecurrenceSpec:
     )
 
 
-def spec_to_json(spec: RecurrenceSpec) -> dict[str, Any]:
-    if isinstance(spec, CronSpec):
-        return {
-            "cron": spec.expression,
+def _local_time(value: Any) -> time:
+    """``HH:MM``, a local time of day."""
+    if isinstance(value, str) and len(value) == 5 and value[2] == ":":
+        try:
+            return time.fromisoformat(value)
+        except ValueError:
+            pass
+    raise InvalidBusinessDay("at", "must be a local time of day as HH:MM, e.g. 17:30")
+
+
+def spec_to_json(spec: ScheduleSpec) -> dict[str, Any]:
+    if isinstance(spec, CronSpec | BusinessDaySpec):
+        when = (
+            {"cron": spec.expression}
+            if isinstance(spec, CronSpec)
+            else {"business_day": spec.business_day, "at": spec.at.strftime("%H:%M")}
+        )
+        return when | {
             "time_zone": spec.time_zone,
             "dst_gap": spec.dst_gap.value,
             "dst_overlap": spec.dst_overlap.value,
@@ -233,12 +261,84 @@ def spec_to_json(spec: RecurrenceSpec) -> dict[str, Any]:
     return {"interval_ms": spec.interval_ms, "starts_at": starts_at}
 
 
-def _is_fixed_time(spec: RecurrenceSpec) -> bool:
-    return isinstance(spec, CronSpec) and spec.fixed_time
+def calendar_from_json(data: Mapping[str, Any]) -> BusinessCalendar:
+    """The stored or requested calendar; raises ``RecurrenceError`` subclasses (the
+    region, the field) when invalid."""
+    regions = []
+    for index, region in enumerate(data.get("holidays") or ()):
+        if not isinstance(region, Mapping) or not isinstance(region.get("country"), str):
+            raise InvalidCalendar(f"holidays[{index}]", 'must be {"country", "subdivision"?}')
+        subdivision = region.get("subdivision")
+        if subdivision is not None and not isinstance(subdivision, str):
+            raise InvalidCalendar(f"holidays[{index}].subdivision", "must be text or null")
+        regions.append((region["country"], subdivision))
+    return BusinessCalendar.of(
+        holidays=regions,
+        weekend=_weekend(data.get("weekend", ("sat", "sun"))),
+        extra_holidays=_dates(data, "extra_holidays"),
+        extra_workdays=_dates(data, "extra_workdays"),
+        on_closed_day=data.get("on_closed_day") or OnClosedDay.SKIP,
+    )
+
+
+def _weekend(value: Any) -> list[str]:
+    if not isinstance(value, list | tuple) or not all(isinstance(day, str) for day in value):
+        raise InvalidCalendar("weekend", 'must be a list of days such as ["sat", "sun"]')
+    return list(value)
+
+
+def _dates(data: Mapping[str, Any], name: str) -> list[date]:
+    values = data.get(name) or []
+    if not isinstance(values, list):
+        raise InvalidCalendar(name, "must be a list of local dates YYYY-MM-DD")
+    found = []
+    for index, value in enumerate(values):
+        try:
+            if not isinstance(value, str) or len(value) != 10:
+                raise ValueError(value)
+            found.append(date.fromisoformat(value))
+        except ValueError:
+            raise InvalidCalendar(f"{name}[{index}]", "must be a local date YYYY-MM-DD") from None
+    return found
+
+
+def calendar_to_json(calendar: BusinessCalendar | None) -> dict[str, Any] | None:
+    if calendar is None:
+        return None
+    return {
+        "holidays": [
+            {"country": region.country, "subdivision": region.subdivision}
+            for region in calendar.holidays
+        ],
+        "weekend": calendar.weekend_names,
+        "extra_holidays": sorted(day.isoformat() for day in calendar.extra_holidays),
+        "extra_workdays": sorted(day.isoformat() for day in calendar.extra_workdays),
+        "on_closed_day": calendar.on_closed_day.value,
+    }
+
+
+def timing_to_json(timing: Timing) -> dict[str, Any]:
+    return {
+        "specs": [spec_to_json(spec) for spec in timing.specs],
+        "calendar": calendar_to_json(timing.calendar),
+    }
+
+
+def timing_from_json(data: Mapping[str, Any]) -> Timing:
+    calendar = data.get("calendar")
+    return Timing(
+        tuple(spec_from_json(dict(spec)) for spec in data["specs"]),
+        calendar_from_json(calendar) if calendar is not None else None,
+    )
+
+
+def as_timing(when: Timing | ScheduleSpec) -> Timing:
+    """A schedule's timing, or the timing of one spec on its own."""
+    return when if isinstance(when, Timing) else Timing((when,))
 
 
 def skipped_range(
-    spec: RecurrenceSpec,
+    when: Timing | ScheduleSpec,
     after: datetime,
     until: datetime,
     reason: str,
@@ -248,13 +348,15 @@ def skipped_range(
     most the first ``limit`` of them (what is left of ``max_occurrences``)."""
     if limit is not None and limit <= 0:
         return None
-    fires = iter_fires(spec, after)
+    timing = as_timing(when)
+    fires = timing.fires(after)
     first = next(fires, None)
     if first is None or first.at > until:
         return None
-    if isinstance(spec, IntervalSpec) and spec.starts_at is not None:
-        count = count_fires_between(spec, after, until, limit=limit)
-        step = timedelta(milliseconds=spec.interval_ms)
+    plain = timing.plain
+    if isinstance(plain, IntervalSpec) and plain.starts_at is not None:
+        count = count_fires_between(plain, after, until, limit=limit)
+        step = timedelta(milliseconds=plain.interval_ms)
         last = first.at + step * (count - 1)
         return SkippedRange(first.at, last, count, reason)
     last, count = first.at, 1
@@ -265,8 +367,54 @@ def skipped_range(
     return SkippedRange(first.at, last, count, reason)
 
 
+@dataclass
+class _Skips:
+    """The recorded skips of a pass: DST gaps one by one, closed days as ranges of the
+    skips that follow each other in the timeline with the same reason."""
+
+    dst: list[DstSkip] = field(default_factory=list)
+    calendar: list[SkippedRange] = field(default_factory=list)
+    _extendable: bool = False
+
+    def add(self, timing: Timing, item: PlannedSkip) -> None:
+        skip = item.skip
+        if not timing.recorded(item):
+            self._extendable = False
+            return
+        if isinstance(skip, DstSkip):
+            self.dst.append(skip)
+            self._extendable = False
+            return
+        last = self.calendar[-1] if self.calendar else None
+        if self._extendable and last is not None and last.detail == skip.closed:
+            self.calendar[-1] = replace(last, last=skip.at, count=last.count + 1)
+        else:
+            self.calendar.append(SkippedRange(skip.at, skip.at, 1, "calendar", skip.closed))
+        self._extendable = True
+
+    def fire(self) -> None:
+        """A fire came between: the next closed day starts a range of its own."""
+        self._extendable = False
+
+    def between(self, timing: Timing, after: datetime, until: datetime) -> datetime | None:
+        """Add the recorded skips in ``(after, until]`` (fires in it are decided apart);
+        the instant of the last item walked, or None."""
+        if not timing.records_skips:
+            return None
+        walked: datetime | None = None
+        for item in timing.timeline(after):
+            if item.at > until:
+                break
+            walked = item.at
+            if isinstance(item, PlannedSkip):
+                self.add(timing, item)
+            else:
+                self.fire()
+        return walked
+
+
 def plan_occurrences(
-    spec: RecurrenceSpec,
+    when: Timing | ScheduleSpec,
     policy: SchedulePolicy,
     cursor: datetime,
     now: datetime,
@@ -289,8 +437,10 @@ def plan_occurrences(
     * Other missed fires are generated, at most ``max_catch_up`` per pass; the rest wait
       for later passes (the schedule stays due, so catch-up converges).
     * ``budget`` caps the occurrences generated by this call (the runner's batch size).
-    * Named wall times that DST removed (``dst_gap=skip`` on fixed-time expressions) are
-      returned in ``dst_skipped`` so that they are recorded, not silently lost.
+    * Named wall times that DST removed (``dst_gap=skip`` on fixed-time specs) are
+      returned in ``dst_skipped``, and fires the calendar skipped on closed days in
+      ``calendar_skipped`` (RS-10), so that they are recorded, not silently lost; neither
+      is a fire, so neither counts.
     * The schedule ends (RS-9c) at the first fire after ``end_at``, or once ``remaining``
       fires (what ``max_occurrences`` leaves) were decided, a missed or blacked-out range
       counting its ``count``: nothing after is decided and ``next_fire_at`` is None.
@@ -298,6 +448,7 @@ def plan_occurrences(
     A cap or window never stops a schedule: ``next_fire_at`` is always the next fire that
     has not been decided (or, inside a blackout, the first after it), until it ends.
     """
+    timing = as_timing(when)
     horizon = now + lookahead
     missed_before = now - policy.misfire_grace  # strictly older than this is missed
     latest_missed: datetime | None = None  # fires at or before this are skipped as missed
@@ -311,51 +462,54 @@ def plan_occurrences(
     left = remaining
     missed: SkippedRange | None = None
     skipped_ranges: list[SkippedRange] = []
-    dst_skipped: list[DstSkip] = []
+    skips = _Skips()
     occurrences: list[PlannedOccurrence] = []
     late_generated = 0
+
+    def planned(next_fire_at: datetime | None, ended: bool = False) -> Plan:
+        return Plan(
+            occurrences,
+            missed,
+            skips.dst,
+            cursor,
+            next_fire_at,
+            ended,
+            skipped_ranges,
+            skips.calendar,
+        )
+
     while True:
         # Fires inside a blackout, from the cursor on: one range up to its end or the
         # horizon. Past the horizon the schedule waits for the blackout's end.
-        first = first_fire_after(spec, cursor)
+        first = timing.first_fire_after(cursor)
         blackout = blackout_at(policy.blackouts, first.at) if first is not None else None
         if first is not None and blackout is not None:
             stop = min(blackout.end - _TICK, horizon)  # none decided before its time
             if end_at is not None:
                 stop = min(stop, end_at)
-            stretch = skipped_range(spec, cursor, stop, "blackout", limit=left)
+            stretch = skipped_range(timing, cursor, stop, "blackout", limit=left)
             if stretch is not None:
+                skips.between(timing, cursor, stretch.last)
                 skipped_ranges.append(replace(stretch, detail=blackout.reason))
                 cursor = stretch.last
                 if left is not None:
                     left -= stretch.count
                 if stop < blackout.end - _TICK and left != 0:
-                    after = first_fire_after(spec, blackout.end - _TICK)
+                    after = timing.first_fire_after(blackout.end - _TICK)
                     if after is None or (end_at is not None and after.at > end_at):
                         after = None
-                    plan = Plan(occurrences, missed, dst_skipped, cursor, None)
-                    return replace(
-                        plan,
-                        next_fire_at=after.at if after is not None else None,
-                        ended=after is None,
-                        skipped_ranges=skipped_ranges,
-                    )
+                    return planned(after.at if after is not None else None, after is None)
                 continue
         until = latest_missed
         upcoming = next_blackout_after(policy.blackouts, cursor)
         if until is not None and upcoming is not None:
             until = min(until, upcoming.start - _TICK)  # the blackout's fires are its own
         if until is not None and until > cursor:
-            stretch = skipped_range(spec, cursor, until, "missed", limit=left)
-            dst_from = len(dst_skipped)
-            if _is_fixed_time(spec):
-                # A wall time DST removed is its own decision, also inside a missed stretch.
-                last_decided = stretch.last if stretch is not None else until
-                dst_skipped += [
-                    skip
-                    for skip in skipped_by_dst(spec, cursor, min(until, last_decided))
-                    if not _has_fire_at(spec, skip.at)
-                ]
+            stretch = skipped_range(timing, cursor, until, "missed", limit=left)
+            # A skip in the stretch is its own decision, recorded as it is on time.
+            walked = skips.between(
+                timing, cursor, min(until, stretch.last) if stretch is not None else until
+            )
             if stretch is not None:
                 if missed is None:
                     missed = stretch
@@ -364,28 +518,24 @@ def plan_occurrences(
                 cursor = stretch.last
                 if left is not None:
                     left -= stretch.count
-            elif len(dst_skipped) > dst_from:
-                cursor = dst_skipped[-1].at
+            elif walked is not None:
+                cursor = walked
         next_fire_at: datetime | None = None
         ended = False
         into_blackout = False
-        timeline = itertools.islice(iter_timeline(spec, cursor), _MAX_ITEMS_PER_PASS)
-        # Decide instant by instant: a fire and the DST skip of another wall time that
-        # land on the same instant are one decision (the fire), so a pass never splits them.
-        for at, group in itertools.groupby(timeline, key=lambda item: item.at):
-            items = list(group)
+        timeline = itertools.islice(timing.timeline(cursor), _MAX_ITEMS_PER_PASS)
+        # One item per instant: a fire and the DST skip of another wall time that land on
+        # the same instant are one decision (the fire), so a pass never splits them.
+        for item in timeline:
+            at = item.at
             if left == 0 or (end_at is not None and at > end_at):
                 ended = True
                 break
             if at > horizon:
                 next_fire_at = at
                 break
-            fire = next((item for item in items if isinstance(item, Fire)), None)
-            if fire is None:
-                skip = items[0]
-                assert isinstance(skip, DstSkip)
-                if _is_fixed_time(spec):
-                    dst_skipped.append(skip)
+            if isinstance(item, PlannedSkip):
+                skips.add(timing, item)
                 cursor = at
                 continue
             if blackout_at(policy.blackouts, at) is not None:
@@ -395,27 +545,89 @@ def plan_occurrences(
             if len(occurrences) >= budget or (late and late_generated >= policy.max_catch_up):
                 next_fire_at = at
                 break
-            occurrences.append(PlannedOccurrence(at, fire.nominal, fire.dst_adjustment, late))
+            fire = item.fire
+            occurrences.append(
+                PlannedOccurrence(
+                    at, fire.nominal, fire.dst_adjustment, late, item.spec_indexes, item.moved_from
+                )
+            )
+            skips.fire()
             late_generated += late
             cursor = at
             if left is not None:
                 left -= 1
         if into_blackout:
             continue
-        return Plan(occurrences, missed, dst_skipped, cursor, next_fire_at, ended, skipped_ranges)
+        return planned(next_fire_at, ended)
 
 
 _TICK = timedelta(microseconds=1)
 _MAX_ITEMS_PER_PASS = 1_000_000
 
 
-def _has_fire_at(spec: RecurrenceSpec, instant: datetime) -> bool:
-    fire = first_fire_after(spec, instant - _TICK)
-    return fire is not None and fire.at == instant
+def first_fire_after(when: Timing | ScheduleSpec, after: datetime) -> PlannedFire | None:
+    return as_timing(when).first_fire_after(after)
 
 
-def first_fire_after(spec: RecurrenceSpec, after: datetime) -> Fire | None:
-    return next(iter_fires(spec, after), None)
+@dataclass(frozen=True)
+class PreviewSkip:
+    """An instant the preview shows nothing fires at, and why: ``dst_gap``, ``calendar``
+    (``detail``: the closed day's reason) or ``blackout`` (``detail``: its reason; one
+    item for the window's fires, from ``at`` until ``until``)."""
+
+    at: datetime
+    reason: str
+    detail: str | None
+    spec_indexes: tuple[int, ...]
+    until: datetime | None = None
+
+
+PREVIEW_MAX_SKIPS = 100
+_PREVIEW_HORIZON = timedelta(days=366 * 50)
+_PREVIEW_MAX_ITEMS = 100_000
+
+
+def preview_timing(
+    when: Timing | ScheduleSpec, blackouts: Sequence[Blackout], after: datetime, count: int
+) -> tuple[list[PlannedFire], list[PreviewSkip]]:
+    """The first ``count`` fires after ``after`` that would run, and the decisions not to
+    fire met on the way (at most ``PREVIEW_MAX_SKIPS``): what generation decides, shown
+    before it does (RS-8, RS-10). A timeline whose every instant is skipped ends after 50
+    years or 100,000 instants; a blackout is stepped over at once."""
+    timing = as_timing(when)
+    end = after + _PREVIEW_HORIZON
+    fires: list[PlannedFire] = []
+    skips: list[PreviewSkip] = []
+    walked = 0
+    cursor = after
+    while len(fires) < count and walked < _PREVIEW_MAX_ITEMS:
+        jumped = False
+        for item in timing.timeline(cursor):
+            walked += 1
+            if len(fires) >= count or item.at > end or walked > _PREVIEW_MAX_ITEMS:
+                return fires, skips
+            if isinstance(item, PlannedSkip):
+                if timing.recorded(item) and len(skips) < PREVIEW_MAX_SKIPS:
+                    skip = item.skip
+                    closed = skip.closed if isinstance(skip, CalendarSkip) else None
+                    reason = "dst_gap" if closed is None else "calendar"
+                    skips.append(PreviewSkip(item.at, reason, closed, item.spec_indexes))
+                continue
+            blackout = blackout_at(blackouts, item.at)
+            if blackout is None:
+                fires.append(item)
+                continue
+            if len(skips) < PREVIEW_MAX_SKIPS:
+                skips.append(
+                    PreviewSkip(
+                        item.at, "blackout", blackout.reason, item.spec_indexes, blackout.end
+                    )
+                )
+            cursor, jumped = blackout.end - _TICK, True
+            break
+        if not jumped:
+            break
+    return fires, skips
 
 
 class OverlapDecision(StrEnum):
@@ -489,11 +701,11 @@ def jitter_delay(schedule_id: str, occurrence_at: datetime, jitter: timedelta) -
     return timedelta(milliseconds=int.from_bytes(digest, "big") % span)
 
 
-def max_jitter_ms(spec: RecurrenceSpec, now: datetime) -> int:
+def max_jitter_ms(when: Timing | ScheduleSpec, now: datetime) -> int:
     """The largest ``jitter_ms`` a spec allows: less than the smallest gap between its
     fires over the next 366 days, DST passes included, so a delayed occurrence is always
     due before the next one's time (``MAX_JITTER_MS`` with fewer than two fires)."""
-    gap = smallest_gap(spec, now, JITTER_HORIZON)
+    gap = smallest_gap(as_timing(when), now, JITTER_HORIZON)
     if gap is None:
         return MAX_JITTER_MS
     return min(gap // timedelta(milliseconds=1) - 1, MAX_JITTER_MS)
@@ -510,24 +722,30 @@ def remaining_occurrences(max_occurrences: int | None, fires_counted: int) -> in
 
 
 def next_bounded_fire(
-    spec: RecurrenceSpec, after: datetime, end_at: datetime | None, remaining: int | None
+    when: Timing | ScheduleSpec,
+    after: datetime,
+    end_at: datetime | None,
+    remaining: int | None,
 ) -> datetime | None:
     """The next fire after ``after`` the schedule's end still allows; None once ended."""
     if remaining == 0:
         return None
-    fire = first_fire_after(spec, after)
+    fire = first_fire_after(when, after)
     if fire is None or (end_at is not None and fire.at > end_at):
         return None
     return fire.at
 
 
 def has_ended(
-    spec: RecurrenceSpec, cursor: datetime, end_at: datetime | None, remaining: int | None
+    when: Timing | ScheduleSpec,
+    cursor: datetime,
+    end_at: datetime | None,
+    remaining: int | None,
 ) -> bool:
     """Nothing more will be generated: no fire after the cursor within the end."""
     if end_at is None and remaining is None:
         return False
-    return next_bounded_fire(spec, cursor, end_at, remaining) is None
+    return next_bounded_fire(when, cursor, end_at, remaining) is None
 
 
 # --- backfill (RS-9b) ---------------------------------------------------------------------
@@ -561,7 +779,7 @@ state is live (scheduled, buffered, dispatching) or finished (dispatched, cancel
 
 @dataclass(frozen=True)
 class BackfillItem:
-    fire: Fire
+    fire: PlannedFire
     existing_id: str | None
     """The live or finished occurrence of this fire time; None when it is generated."""
     rerun: int = 0
@@ -576,11 +794,13 @@ def check_backfill_range(start: datetime, end: datetime, now: datetime) -> None:
         raise BackfillRange(f"to ({to_rfc3339(end)}) is in the future; backfill covers the past")
 
 
-def backfill_fires(spec: RecurrenceSpec, start: datetime, end: datetime) -> list[Fire]:
-    """The fire times in ``(start, end]`` under the spec and its DST policy, exactly what
-    the preview shows; ``BackfillTooLarge`` past ``BACKFILL_LIMIT``."""
-    fires: list[Fire] = []
-    for fire in iter_fires(spec, start):
+def backfill_fires(
+    when: Timing | ScheduleSpec, start: datetime, end: datetime
+) -> list[PlannedFire]:
+    """The fire times in ``(start, end]`` under the specs, their DST policy and the
+    calendar, exactly what the preview shows; ``BackfillTooLarge`` past ``BACKFILL_LIMIT``."""
+    fires: list[PlannedFire] = []
+    for fire in as_timing(when).fires(start):
         if fire.at > end:
             break
         if len(fires) == BACKFILL_LIMIT:
@@ -591,7 +811,9 @@ def backfill_fires(spec: RecurrenceSpec, start: datetime, end: datetime) -> list
     return fires
 
 
-def plan_backfill(fires: Sequence[Fire], stored: Collection[StoredInstant]) -> list[BackfillItem]:
+def plan_backfill(
+    fires: Sequence[PlannedFire], stored: Collection[StoredInstant]
+) -> list[BackfillItem]:
     """Per fire time: the live or finished occurrence it already has, or a new one.
 
     An instant covered only by a skipped range, or whose occurrences were all skipped or
@@ -633,15 +855,33 @@ def auto_disabled_status(reason: str) -> str:
     return (AUTO_DISABLED_PREFIX + reason)[:LAST_STATUS_LIMIT]
 
 
+class _Timed:
+    """When a schedule fires, as its settings and its record both read it."""
+
+    specs: tuple[ScheduleSpec, ...]
+    calendar: BusinessCalendar | None
+
+    @property
+    def spec(self) -> ScheduleSpec:
+        """The first spec (a schedule with one has only it)."""
+        return self.specs[0]
+
+    @property
+    def timing(self) -> Timing:
+        """Its specs and calendar, read as one timeline."""
+        return Timing(self.specs, self.calendar)
+
+
 @dataclass(frozen=True)
-class ScheduleSettings:
+class ScheduleSettings(_Timed):
     """What a schedule's author chooses: *when* (spec, end, count), *what* (name, workflow,
     workload class) and *how* (policy, version policy, regression, enabled). A create sets
     all of it, an edit some; its input travels apart, encrypted."""
 
     name: str
     workflow: str
-    spec: RecurrenceSpec
+    specs: tuple[ScheduleSpec, ...]
+    """When it fires (RS-1): at the union of their instants (RS-10)."""
     policy: SchedulePolicy
     enabled: bool = True
     version_policy: VersionPolicy = VersionPolicy.ACTIVE_AT_FIRE
@@ -652,6 +892,8 @@ class ScheduleSettings:
     source: str | None = None
     pause_until: datetime | None = None
     """Paused until this instant, then it resumes by itself under its missed policy."""
+    calendar: BusinessCalendar | None = None
+    """Which local dates are open (RS-10)."""
 
 
 SETTINGS = tuple(f.name for f in fields(ScheduleSettings))
@@ -659,7 +901,7 @@ SETTINGS = tuple(f.name for f in fields(ScheduleSettings))
 
 
 @dataclass(frozen=True)
-class Schedule:
+class Schedule(_Timed):
     """A schedule as the store holds it: its settings, flattened, with its identity and
     state; its input stays encrypted and is not part of it."""
 
@@ -667,7 +909,7 @@ class Schedule:
     tenant: str
     name: str
     workflow: str
-    spec: RecurrenceSpec
+    specs: tuple[ScheduleSpec, ...]
     policy: SchedulePolicy
     enabled: bool
     version: int
@@ -695,6 +937,8 @@ class Schedule:
     """The name of the file of schedules it was last applied from (RS-9e), for prune."""
     pause_until: datetime | None = None
     """Paused until this instant (RS-10); it resumes by itself once it has passed."""
+    calendar: BusinessCalendar | None = None
+    """Which local dates are open (RS-10)."""
 
     def paused_at(self, now: datetime) -> bool:
         """Whether a timed pause holds it at ``now``."""
@@ -711,6 +955,6 @@ class Schedule:
     @property
     def state(self) -> ScheduleState:
         """Ended wins over paused: resuming an ended schedule would change nothing."""
-        if has_ended(self.spec, self.cursor, self.end_at, self.remaining_occurrences):
+        if has_ended(self.timing, self.cursor, self.end_at, self.remaining_occurrences):
             return ScheduleState.ENDED
         return ScheduleState.ACTIVE if self.enabled else ScheduleState.PAUSED

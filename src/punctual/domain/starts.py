@@ -89,6 +89,10 @@ class ScheduledStart(StartRequest):
     reason: str | None = None
     reason_detail: str | None = None
     """What the decision names beyond its reason (a blackout's own reason, RS-10)."""
+    spec_indexes: list[int] | None = None
+    """The specs of its schedule that yielded it (RS-10); None for a one-off start."""
+    calendar_moved_from: datetime | None = None
+    """The instant it would have had, when the calendar moved it off a closed day."""
     schedule_id: str | None = None
     """Set for occurrences of a schedule; None for one-off starts."""
     occurrence_at: datetime | None = None

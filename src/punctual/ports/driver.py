@@ -32,7 +32,7 @@ from datetime import datetime, timedelta
 from enum import StrEnum
 from typing import Protocol
 
-from punctual.domain.recurrence import RecurrenceSpec
+from punctual.domain.calendar_timeline import ScheduleSpec
 from punctual.domain.schedules import OverlapPolicy, spec_to_json
 
 
@@ -55,7 +55,8 @@ class DriverSchedule:
 
     schedule_id: str
     tenant: str
-    spec: RecurrenceSpec
+    spec: ScheduleSpec
+    """Its one spec: the driver is given no other (``check_supported``)."""
     overlap: OverlapPolicy
     catchup_window: timedelta
     paused: bool

@@ -351,6 +351,9 @@ class NewOccurrence:
     reason: str | None = None
     reason_detail: str | None = None
     """What the decision names beyond its reason (a blackout's own reason, RS-10)."""
+    spec_indexes: list[int] | None = None
+    """The specs that yielded it (RS-10); None for a trigger."""
+    calendar_moved_from: datetime | None = None
     start_deadline_at: datetime | None = None
     """Not started after this (the schedule's ``start_deadline_ms`` after it was due)."""
     range_last: datetime | None = None

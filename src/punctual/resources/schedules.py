@@ -35,6 +35,35 @@ class IntervalSpec(Resource):
     starts_at: datetime | None
 
 
+class BusinessDaySpec(Resource):
+    """The ``business_day``-th open day of each month (negative: from its end) at ``at``."""
+
+    business_day: int
+    at: str
+    """A local time of day, ``HH:MM``."""
+    time_zone: str
+    dst_gap: Literal["shift_to_gap_end", "skip"]
+    dst_overlap: Literal["first", "last", "both"]
+
+
+class HolidayRegion(Resource):
+    country: str
+    """ISO 3166-1, e.g. ``DE``."""
+    subdivision: str | None
+    """ISO 3166-2 within it, e.g. ``BY``; ``null``: the country's nationwide holidays."""
+
+
+class Calendar(Resource):
+    """Which local dates are open: closed are the regions' public holidays, the weekend and
+    the extra closed dates, unless an extra open date."""
+
+    holidays: list[HolidayRegion]
+    weekend: list[Literal["mon", "tue", "wed", "thu", "fri", "sat", "sun"]]
+    extra_holidays: list[str]
+    extra_workdays: list[str]
+    on_closed_day: Literal["skip", "next_open_day", "previous_open_day"]
+
+
 class RegressionMetric(Resource):
     path: str
     """Where the number is in the run's result, e.g. ``metrics.score``."""
@@ -103,7 +132,12 @@ class Schedule(Resource):
     id: str
     name: str
     workflow: str
-    spec: CronSpec | IntervalSpec
+    spec: CronSpec | IntervalSpec | BusinessDaySpec
+    """The first of ``specs``."""
+    specs: list[CronSpec | IntervalSpec | BusinessDaySpec] = []
+    """Every spec: it fires at the union of their instants, one occurrence per instant."""
+    calendar: Calendar | None = None
+    """Closed days are skipped or moved (``on_closed_day``); ``null``: every day is open."""
     overlap: Overlap
     missed: Missed
     max_catch_up: int
@@ -224,6 +258,11 @@ class Occurrence(Resource):
     """Why it was skipped or canceled: ``overlap``, ``missed``, ``dst_gap``, ``blackout``,
     ``schedule_deleted``, ..."""
     reason_detail: str | None = None
+    spec_indexes: list[int] | None = None
+    """The indexes of the schedule's specs that yielded it; ``null`` for a trigger or a
+    record of several instants."""
+    calendar_moved_from: datetime | None = None
+    """When the calendar moved it off a closed day: the instant it would have had."""
     """What the decision names beyond its reason: the blackout's own reason."""
     version: int
     revision: int | None
@@ -259,7 +298,57 @@ class Fire(Resource):
     nominal: str
     """The local wall time the expression named."""
     dst_adjustment: DstAdjustment | None
+    spec_indexes: list[int] = [0]
+    """The specs that yield it."""
+    calendar_moved_from: datetime | None = None
+    """When the calendar moves it off a closed day: the instant it would have had."""
+
+
+class PreviewSkip(Resource):
+    """An instant where nothing fires, and why."""
+
+    at: datetime
+    reason: Literal["dst_gap", "calendar", "blackout"]
+    detail: str | None
+    """The closed day's reason (a holiday's name, ``weekend``) or the blackout's."""
+    spec_indexes: list[int]
+    until: datetime | None
+    """A blackout: its end (its fires up to it are skipped, shown once)."""
+
+
+class AuditPause(Resource):
+    """An interval the schedule was paused; ``to`` is ``null`` while it still is."""
+
+    model_config = ConfigDict(populate_by_name=True)
+
+    start: datetime = Field(alias="from")
+    end: datetime | None = Field(alias="to")
+    by: str
+    """Who paused it (``punctual`` for an auto-disable)."""
+
+
+class AuditItem(Resource):
+    instant: datetime
+    spec_indexes: list[int]
+    outcome: Literal["fired", "skipped", "not_generated", "missing"]
+    reason: str | None
+    """Why it was skipped (the recorded reason), or not generated: ``before_creation``,
+    ``deleted``, ``paused``, ``ended``, ``not_yet_decided``."""
+    occurrence_id: str | None
+    run_id: str | None
+    run_state: str | None
+    pause: AuditPause | None
+    """For ``not_generated`` while paused: the pause."""
+
+
+class ScheduleAudit(Resource):
+    """Every instant the schedule's specs yielded in the range, and what became of it."""
+
+    items: list[AuditItem]
+    paused: list[AuditPause]
 
 
 class SchedulePreview(Resource):
     items: list[Fire]
+    skipped: list[PreviewSkip] = []
+    """The decisions not to fire met before the last item (at most 100)."""

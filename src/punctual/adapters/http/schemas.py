@@ -19,6 +19,7 @@ from pydantic import (
     create_model,
 )
 
+from punctual.domain.calendar_timeline import MAX_SPECS
 from punctual.domain.webhooks import MAX_URL_LENGTH
 from punctual.usecases.kernel.paging import BIGINT_MAX
 from punctual.usecases.outbound.webhooks import (
@@ -193,6 +194,18 @@ class IntervalSpecBody(BaseModel):
     starts_at: Instant | None = None
 
 
+class BusinessDaySpecBody(BaseModel):
+    """The N-th business day of each month (1 to 23, or -1 to -23 from its end) at a
+    local time; needs the schedule's ``calendar``."""
+
+    model_config = ConfigDict(extra="forbid")
+    business_day: int = Field(ge=-23, le=23)
+    at: str = Field(pattern=r"^[0-2][0-9]:[0-5][0-9]$")
+    time_zone: str = "UTC"
+    dst_gap: str | None = None
+    dst_overlap: str | None = None
+
+
 def check_spec(spec: Any) -> Any:
     """Check the types and bounds of an interval spec; the rest is the use case's to judge.
 
@@ -255,9 +268,25 @@ def _on_the_wire(name: str, kind: Any, *, edit: bool) -> tuple[Any, dict[str, An
     """A schedule field's type in a body and its schema's extras: an instant must fit UTC,
     a spec's types and bounds are checked here (``check_spec``) and documented as its two
     forms on a create, and a regression policy is documented by its body model."""
+    one_of = [
+        CronSpecBody.model_json_schema(),
+        IntervalSpecBody.model_json_schema(),
+        BusinessDaySpecBody.model_json_schema(),
+    ]
     if name == "spec":
-        one_of = [CronSpecBody.model_json_schema(), IntervalSpecBody.model_json_schema()]
-        return Spec, {} if edit else {"json_schema_extra": {"oneOf": one_of}}
+        # Not required (``specs`` may say it instead), never null: one of its three forms.
+        return Spec, {} if edit else {"json_schema_extra": documented_as({"oneOf": one_of})}
+    if name == "specs":
+        many = Annotated[list[Spec], Field(min_length=1, max_length=MAX_SPECS)]
+        # Untitled: a generated client names them apart from ``spec``'s three forms.
+        untitled = [{k: v for k, v in form.items() if k != "title"} for form in one_of]
+        listed = {
+            "type": "array",
+            "minItems": 1,
+            "maxItems": MAX_SPECS,
+            "items": {"oneOf": untitled},
+        }
+        return many, {} if edit else {"json_schema_extra": documented_as(listed)}
     if name == "regression":
         return kind, {"json_schema_extra": _REGRESSION}
     return (Instant if kind is datetime else kind), {}

@@ -8,6 +8,7 @@ from datetime import datetime
 from typing import Any, Protocol
 
 from punctual.domain.runs import Run, RunState
+from punctual.domain.schedule_audit import AuditRow, ScheduleEvent
 from punctual.domain.schedules import Schedule
 from punctual.domain.starts import ScheduledStart, StartState
 from punctual.ports.records import (
@@ -69,6 +70,10 @@ class Starts(Protocol):
 
     def count_pending_of_workflow(self, workflow: str) -> int:
         """Pending starts of ``workflow`` across all tenants (definitions are host-global)."""
+
+    def audit_rows(self, schedule_id: str, start: datetime, end: datetime) -> list[AuditRow]:
+        """The schedule's rows deciding an instant in ``[start, end)``: occurrences there,
+        and skipped ranges reaching into it, each with its run's state once it has one."""
 
     def compare_and_set(
         self, start_id: str, expected_version: int, now: datetime, **changes: Any
@@ -387,6 +392,12 @@ class Schedules(Protocol):
         concurrent writers cannot deadlock."""
 
     def earliest_generation(self) -> datetime | None: ...
+
+    def record_event(self, tenant: str, schedule_id: str, event: ScheduleEvent) -> None:
+        """Append to the schedule's history (the missed-run audit's, RS-10)."""
+
+    def events(self, schedule_id: str) -> list[ScheduleEvent]:
+        """The schedule's history, oldest first."""
 
     def lock_for_dispatch(self, schedule_id: str) -> Schedule | None:
         """Hold the schedule row until commit, deleted or not (overlap decisions, RS-3)."""

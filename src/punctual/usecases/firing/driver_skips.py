@@ -211,7 +211,7 @@ def _record(
         if window.mark == SkipMark(schedule_id, window.start, window.schedule.version):
             return
     elif not times and not dst_gap_skips(
-        window.schedule.spec, window.start, window.until, Accounted()
+        window.schedule.timing.plain, window.start, window.until, Accounted()
     ):
         return  # no fire time in the window: the mark stays, the next sweep looks again
     with services.store.transaction() as tx:
@@ -298,7 +298,7 @@ def _decide(
     ]
     expected = [at for at in times if start < at <= until]
     skips = driver_skips(expected, accounted, lifetimes, schedule.policy.overlap)
-    return skips, dst_gap_skips(schedule.spec, start, until, accounted), until
+    return skips, dst_gap_skips(schedule.timing.plain, start, until, accounted), until
 
 
 def _fired(occurrence: ScheduledStart) -> bool:
@@ -323,7 +323,7 @@ def _occurrences(
 ) -> list[NewOccurrence]:
     rows: list[NewOccurrence] = []
     for at in skips.overlap:
-        fire = first_fire_after(schedule.spec, at - _TICK)
+        fire = first_fire_after(schedule.timing, at - _TICK)
         named = fire is not None and fire.at == at
         rows.append(
             new_occurrence(

@@ -132,7 +132,7 @@ def _resume_generation(services: Services) -> int:
 
 def _next_fire(schedule: Schedule) -> datetime | None:
     return next_bounded_fire(
-        schedule.spec, schedule.cursor, schedule.end_at, schedule.remaining_occurrences
+        schedule.timing, schedule.cursor, schedule.end_at, schedule.remaining_occurrences
     )
 
 

@@ -123,7 +123,7 @@ def _heal(services: Services, schedule: Schedule, view: Any, was_orphaned: bool)
         try:
             schedule_driver.check_supported(
                 services,
-                schedule.spec,
+                schedule.timing,
                 schedule.policy,
                 pause_until=schedule.pause_until,
                 stored=True,

@@ -35,6 +35,7 @@ from dataclasses import dataclass, replace
 from datetime import UTC, datetime, timedelta
 from typing import Any
 
+from punctual.domain.calendar_timeline import BusinessDaySpec, Timing
 from punctual.domain.ids import new_id
 from punctual.domain.recurrence import (
     CronSpec,
@@ -43,9 +44,9 @@ from punctual.domain.recurrence import (
     IntervalSpec,
     RecurrenceSpec,
     fires_between,
-    iter_fires,
     load_zone,
 )
+from punctual.domain.schedule_audit import EventKind, ScheduleEvent
 from punctual.domain.schedules import (
     MissedPolicy,
     Schedule,
@@ -111,7 +112,7 @@ def _unsupported(field: str, message: str, code: str) -> InvalidRequest:
 
 def check_supported(
     services: Services,
-    spec: RecurrenceSpec,
+    timing: Timing,
     policy: SchedulePolicy,
     *,
     pause_until: datetime | None = None,
@@ -122,6 +123,30 @@ def check_supported(
     interval's first fire off a whole second Temporal honours on the next whole second."""
     if not uses_driver(services):
         return
+    if len(timing.specs) > 1:
+        raise _unsupported(
+            "specs",
+            "several specs are not honoured by Temporal Schedules yet (one occurrence per "
+            "instant, naming its specs, is punctual's merge); use one spec per schedule "
+            "with this driver, or the SQL driver",
+            "unsupported_by_driver",
+        )
+    spec = timing.specs[0]
+    if isinstance(spec, BusinessDaySpec):
+        raise _unsupported(
+            "spec.business_day",
+            "business_day specs are not honoured by Temporal Schedules (Temporal knows no "
+            "business days); use a cron spec with this driver, or the SQL driver",
+            "unsupported_by_driver",
+        )
+    if timing.calendar is not None:
+        raise _unsupported(
+            "calendar",
+            "calendars are not honoured by Temporal Schedules yet (Temporal knows no "
+            "holidays, and a fire activity would have to skip or move closed days); leave "
+            "calendar null with this driver, or use the SQL driver",
+            "unsupported_by_driver",
+        )
     if isinstance(spec, IntervalSpec):
         if spec.interval_ms % 1000:
             raise _unsupported(
@@ -346,9 +371,11 @@ def _compensate(
 def discard_unfinished_create(tx: Tx, schedule: Schedule, now: datetime) -> None:
     """Remove the record of a create that never answered ``201`` (as a delete would) and
     its ``orphaned_schedule`` finding; the caller has removed or will remove its copy."""
-    tx.schedules.compare_and_set(
+    if tx.schedules.compare_and_set(
         schedule.id, schedule.version, now, enabled=False, deleted_at=now, next_fire_at=None
-    )
+    ):
+        event = ScheduleEvent(EventKind.DELETED, now, "punctual")
+        tx.schedules.record_event(schedule.tenant, schedule.id, event)
     tx.findings.clear(schedule.tenant, ORPHANED_SCHEDULE, schedule.id)
 
 
@@ -478,7 +505,7 @@ def fire(services: Services, cmd: TemporalFire) -> Fired:
         if not schedule.enabled:
             mark_drifted(services, tx, schedule.id, now)
             return Fired(None, "paused")
-        nominal, adjustment = _nominal(schedule.spec, at)
+        nominal, adjustment = _nominal(schedule.timing, at)
         row = new_occurrence(
             schedule,
             tx.schedules.input_of(schedule.id),
@@ -492,7 +519,7 @@ def fire(services: Services, cmd: TemporalFire) -> Fired:
         # SQL runner continues from if the driver is switched back (CR-7).
         cursor, counted = max(schedule.cursor, at), schedule.fires_counted + 1
         remaining = remaining_occurrences(schedule.max_occurrences, counted)
-        following = next_bounded_fire(schedule.spec, cursor, schedule.end_at, remaining)
+        following = next_bounded_fire(schedule.timing, cursor, schedule.end_at, remaining)
         tx.schedules.move_cursors(
             [CursorMove(schedule.id, cursor, following, schedule.version, fires_counted=counted)]
         )
@@ -506,8 +533,8 @@ def _occurrence_at(tx: Tx, schedule_id: str, at: datetime) -> ScheduledStart | N
     return rows[0].occurrence if rows else None
 
 
-def _nominal(spec: RecurrenceSpec, at: datetime) -> tuple[str | None, str | None]:
-    for found in iter_fires(spec, at - timedelta(microseconds=1)):
+def _nominal(timing: Timing, at: datetime) -> tuple[str | None, str | None]:
+    for found in timing.fires(at - timedelta(microseconds=1)):
         if found.at == at:
             adjustment = found.dst_adjustment.value if found.dst_adjustment else None
             return found.nominal.isoformat(), adjustment

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import math
 import random
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
@@ -121,3 +122,5 @@ class Services:
     """Tokens this process checked lately (``auth_cache_seconds``; none by default)."""
     definitions: ActiveDefinitions = field(default_factory=ActiveDefinitions)
     """The active definitions this process last read, for creates in one round trip."""
+    retention_keep_for: Callable[[str], float] = field(default=lambda tenant: math.inf)
+    """A tenant's ``keep_seconds`` (RT-1): what is older may have been removed."""

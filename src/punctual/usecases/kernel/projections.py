@@ -11,10 +11,12 @@ from dataclasses import fields
 from datetime import datetime, timedelta
 from typing import TYPE_CHECKING, Any
 
+from punctual.domain.calendar_timeline import PlannedFire
 from punctual.domain.recurrence import Fire
 from punctual.domain.runs import Definition, Run
 from punctual.domain.schedules import (
     OccurrenceOrigin,
+    PreviewSkip,
     Schedule,
     ScheduleState,
     blackout_at,
@@ -156,6 +158,26 @@ def fire_view(fire: Fire) -> dict[str, Any]:
     }
 
 
+def planned_fire_view(fire: PlannedFire) -> dict[str, Any]:
+    """A preview item: ``fire_view`` with the specs that yielded it and, when the
+    calendar moved it off a closed day, the instant it would have had (RS-10)."""
+    return fire_view(fire.fire) | {
+        "spec_indexes": list(fire.spec_indexes),
+        "calendar_moved_from": ts(fire.moved_from),
+    }
+
+
+def preview_skip_view(skip: PreviewSkip) -> dict[str, Any]:
+    """A decision not to fire the preview met, with its reason (RS-10)."""
+    return {
+        "at": ts(skip.at),
+        "reason": skip.reason,
+        "detail": skip.detail,
+        "spec_indexes": list(skip.spec_indexes),
+        "until": ts(skip.until),
+    }
+
+
 def _upcoming(schedule: Schedule, now: datetime, state: ScheduleState) -> list[str | None]:
     """The next 5 fire times (RS-8) that will run: inside the schedule's end and out of its
     blackouts, whose fires count against ``max_occurrences`` too; none unless active."""
@@ -166,14 +188,14 @@ def _upcoming(schedule: Schedule, now: datetime, state: ScheduleState) -> list[s
     upcoming: list[str | None] = []
     cursor = now
     while len(upcoming) < 5 and left != 0:
-        fire = first_fire_after(schedule.spec, cursor)
+        fire = first_fire_after(schedule.timing, cursor)
         if fire is None or (schedule.end_at is not None and fire.at > schedule.end_at):
             break
         blackout = blackout_at(blackouts, fire.at)
         if blackout is not None:
             # Jump over it, counting what it skips.
             end = blackout.end - timedelta(microseconds=1)
-            skipped = skipped_range(schedule.spec, cursor, end, "blackout", limit=left)
+            skipped = skipped_range(schedule.timing, cursor, end, "blackout", limit=left)
             if left is not None and skipped is not None:
                 left -= skipped.count
             cursor = end
@@ -247,6 +269,8 @@ def occurrence_view(
         "state": occurrence.state.value,
         "reason": occurrence.reason,
         "reason_detail": occurrence.reason_detail,
+        "spec_indexes": occurrence.spec_indexes,
+        "calendar_moved_from": ts(occurrence.calendar_moved_from),
         "version": occurrence.version,
         "revision": occurrence.revision,
         "run_id": occurrence.run_id if occurrence.dispatch is not None else None,

@@ -40,6 +40,7 @@ class GenerationReport:
     missed: int = 0
     dst_skipped: int = 0
     blacked_out: int = 0
+    calendar_skipped: int = 0
 
 
 def generate(services: Services, budget: int) -> GenerationReport:
@@ -69,7 +70,7 @@ def generate(services: Services, budget: int) -> GenerationReport:
                 planned.append((schedule, claimed.input, waiting))
                 continue
             plan = plan_occurrences(
-                schedule.spec,
+                schedule.timing,
                 schedule.policy,
                 schedule.cursor,
                 now,
@@ -106,6 +107,7 @@ def generate(services: Services, budget: int) -> GenerationReport:
                 r.count for r in plan.skipped_ranges if r.reason == "blackout"
             )
             report.dst_skipped += len(plan.dst_skipped)
+            report.calendar_skipped += sum(r.count for r in plan.calendar_skipped)
             if missed:
                 missed_events.append((schedule, sum(r.count for r in missed)))
         tx.starts.insert_occurrences(rows, now)
@@ -140,11 +142,14 @@ def _rows(
                 max(due_at, now) if planned.late else due_at,
                 nominal=planned.nominal.isoformat(),
                 dst_adjustment=planned.dst_adjustment.value if planned.dst_adjustment else None,
+                spec_indexes=planned.spec_indexes,
+                calendar_moved_from=planned.moved_from,
             )
         )
     if plan.missed is not None:
         rows.append(skipped_range_row(schedule, encrypted, plan.missed))
     rows += [skipped_range_row(schedule, encrypted, skipped) for skipped in plan.skipped_ranges]
+    rows += [skipped_range_row(schedule, encrypted, closed) for closed in plan.calendar_skipped]
     # A skip shares its instant with a fire only for expressions that name the gap's end
     # too; the unique key then keeps the fire, which is the decision that matters.
     rows += [dst_gap_row(schedule, encrypted, skip) for skip in plan.dst_skipped]

@@ -28,6 +28,8 @@ def new_occurrence(
     origin: OccurrenceOrigin = OccurrenceOrigin.SCHEDULE,
     overlap: str | None = None,
     rerun: int = 0,
+    spec_indexes: tuple[int, ...] | None = None,
+    calendar_moved_from: datetime | None = None,
 ) -> NewOccurrence:
     """A row for ``schedule`` at ``at`` with fresh occurrence and run ids; its run (if it
     gets one) carries the schedule's current revision, workflow, class and creator."""
@@ -59,6 +61,8 @@ def new_occurrence(
         origin=origin.value,
         overlap=overlap,
         rerun=rerun,
+        spec_indexes=list(spec_indexes) if spec_indexes is not None else None,
+        calendar_moved_from=calendar_moved_from,
     )
 
 

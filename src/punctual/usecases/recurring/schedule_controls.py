@@ -26,8 +26,9 @@ from datetime import datetime, timedelta
 from enum import StrEnum
 from typing import Any
 
+from punctual.domain.calendar_timeline import ScheduleSpec
 from punctual.domain.permissions import Action, Principal, require
-from punctual.domain.recurrence import IntervalSpec, RecurrenceSpec
+from punctual.domain.recurrence import IntervalSpec
 from punctual.domain.schedules import (
     BackfillItem,
     BackfillRange,
@@ -51,6 +52,7 @@ from punctual.usecases.firing import schedule_driver
 from punctual.usecases.kernel.context import Services
 from punctual.usecases.kernel.idempotency import Answer, Mutation, Outcome
 from punctual.usecases.kernel.projections import occurrence_view, schedule_view
+from punctual.usecases.recurring import history
 from punctual.usecases.recurring.occurrence_rows import new_occurrence
 from punctual.usecases.recurring.schedule_fields import (
     FIELDS,
@@ -170,7 +172,7 @@ def backfill(services: Services, principal: Principal, cmd: BackfillSchedule) ->
         overlap = _named_overlap(cmd.overlap)
         require(principal, Action.EDIT_SCHEDULE, owner=schedule.created_by)
         try:
-            fires = backfill_fires(schedule.spec, start, end)
+            fires = backfill_fires(schedule.timing, start, end)
         except BackfillTooLarge as exc:
             raise InvalidRequest(str(exc), code="backfill_too_large", limit=1_000) from None
         stored = tx.starts.occurrences_between(schedule.id, start, end)
@@ -226,6 +228,8 @@ def _backfilled(
         overlap=overlap,
         state=StartState.SCHEDULED if overlap is not None else StartState.BUFFERED,
         rerun=item.rerun,
+        spec_indexes=fire.spec_indexes,
+        calendar_moved_from=fire.moved_from,
     )
 
 
@@ -284,7 +288,7 @@ def _canonical(value: Any) -> str:
     return json.dumps(value, sort_keys=True, separators=(",", ":"))
 
 
-def _same_spec(stored: RecurrenceSpec, desired: RecurrenceSpec) -> bool:
+def _same_spec(stored: ScheduleSpec, desired: ScheduleSpec) -> bool:
     """An interval without ``starts_at`` keeps the stored one: its default (one interval
     after now) would otherwise differ on every apply."""
     if (
@@ -306,12 +310,16 @@ def _changed_fields(
     changes = {
         f.name: f.read(desired)
         for f in FIELDS
-        if f.name != "spec"
+        if f.name not in ("spec", "specs")
         and (f.name in cmd.sent or not f.kept)
         and f.read(desired) != f.read(stored)
     }
-    if not _same_spec(stored.spec, desired.spec):
-        changes["spec"] = desired.spec
+    if len(stored.specs) != len(desired.specs) or not all(
+        _same_spec(old, new) for old, new in zip(stored.specs, desired.specs, strict=True)
+    ):
+        # One spec before and after is named as the body names it; several, as specs.
+        one = len(stored.specs) == len(desired.specs) == 1
+        changes.update({"spec": desired.spec} if one else {"specs": desired.specs})
     stored_input = services.codec.decrypt(tx.schedules.input_of(schedule.id), schedule.tenant)
     if _canonical(cmd.create.input) != _canonical(stored_input):
         changes[INPUT] = cmd.create.input
@@ -366,6 +374,7 @@ def upsert_by_name(services: Services, principal: Principal, cmd: UpsertByName) 
         # what it cannot honour was refused by the plan's decide_create or decide_update.
         if plan.create is not None:
             created = tx.schedules.insert(plan.create, now)
+            history.created(tx, created, principal.subject)
             return schedule_driver.created(services, tx, created, now, extra=changed)
         if plan.update is not None:
             updated = apply_update(tx, plan.update, now)

@@ -25,7 +25,9 @@ from typing import Annotated, Any
 
 from annotated_types import Le, MaxLen, MinLen
 
-from punctual.domain.recurrence import IntervalSpec, RecurrenceError, RecurrenceSpec
+from punctual.domain.calendar_timeline import MAX_SPECS, ScheduleSpec, Timing
+from punctual.domain.calendars import BusinessCalendar
+from punctual.domain.recurrence import IntervalSpec, RecurrenceError
 from punctual.domain.schedules import (
     MAX_BLACKOUTS,
     MAX_CATCH_UP_LIMIT,
@@ -36,6 +38,8 @@ from punctual.domain.schedules import (
     ScheduleSettings,
     VersionPolicy,
     blackouts_to_json,
+    calendar_from_json,
+    calendar_to_json,
     max_jitter_ms,
     spec_from_json,
     spec_to_json,
@@ -56,8 +60,9 @@ input schema, so the use cases handle it."""
 
 
 def _problem(name: str, message: str, kind: str = "value_error") -> InvalidRequest:
+    """A refusal of the field ``name`` (``calendar.weekend`` is placed in ``calendar``)."""
     return InvalidRequest(
-        f"{name} {message}", errors=[{"loc": ["body", name], "msg": message, "type": kind}]
+        f"{name} {message}", errors=[{"loc": ["body", *_place(name)], "msg": message, "type": kind}]
     )
 
 
@@ -77,47 +82,138 @@ def _whole(name: str, value: Any, minimum: int, maximum: int) -> int:
     return value
 
 
-def decode_spec(data: Any) -> RecurrenceSpec:
-    """A spec from the API; an interval without ``starts_at`` keeps it unset until
-    ``settle_spec`` fixes it at the mutation's time."""
-    if not isinstance(data, Mapping) or ("cron" in data) == ("interval_ms" in data):
+_SPEC_KEYS = {
+    "cron": {"cron", "time_zone", "dst_gap", "dst_overlap"},
+    "interval_ms": {"interval_ms", "starts_at"},
+    "business_day": {"business_day", "at", "time_zone", "dst_gap", "dst_overlap"},
+}
+
+
+def decode_spec(data: Any, name: str = "spec") -> ScheduleSpec:
+    """A spec from the API (``name`` is where the body has it, ``specs[1]``); an interval
+    without ``starts_at`` keeps it unset until ``settle_timing`` fixes it at the
+    mutation's time."""
+    loc = ["body", *_place(name)]
+    kinds = [kind for kind in _SPEC_KEYS if isinstance(data, Mapping) and kind in data]
+    if len(kinds) != 1:
         raise InvalidRequest(
-            "spec must have either 'cron' (with an optional 'time_zone') or 'interval_ms'",
-            errors=[{"loc": ["body", "spec"], "msg": "cron or interval_ms", "type": "spec"}],
+            f"{name} must have exactly one of 'cron' (with an optional 'time_zone'), "
+            "'interval_ms', or 'business_day' (with 'at' and 'time_zone')",
+            errors=[{"loc": loc, "msg": "cron, interval_ms or business_day", "type": "spec"}],
         )
-    allowed = (
-        {"cron", "time_zone", "dst_gap", "dst_overlap"}
-        if "cron" in data
-        else {"interval_ms", "starts_at"}
-    )
-    unknown = sorted(set(data) - allowed)
+    unknown = sorted(set(data) - _SPEC_KEYS[kinds[0]])
     if unknown:
         raise InvalidRequest(
-            f"spec does not take {', '.join(unknown)}",
-            errors=[
-                {"loc": ["body", "spec", k], "msg": "unknown field", "type": "extra"}
-                for k in unknown
-            ],
+            f"{name} does not take {', '.join(unknown)}",
+            errors=[{"loc": [*loc, k], "msg": "unknown field", "type": "extra"} for k in unknown],
         )
     interval = data.get("interval_ms")
     if isinstance(interval, int) and interval > MAX_SPAN_MS:
-        raise _problem("spec.interval_ms", f"must be whole milliseconds up to {MAX_SPAN_MS}")
+        raise _problem(f"{name}.interval_ms", f"must be whole milliseconds up to {MAX_SPAN_MS}")
     try:
         return spec_from_json(dict(data))
     except RecurrenceError as exc:
-        raise InvalidRequest(exc.message, code=exc.code, **exc.details) from exc
+        raise _refusal(exc, name) from exc
     except (ValueError, TypeError) as exc:
         raise InvalidRequest(
-            f"invalid spec: {exc}",
-            errors=[{"loc": ["body", "spec"], "msg": str(exc), "type": "value_error"}],
+            f"invalid {name}: {exc}",
+            errors=[{"loc": loc, "msg": str(exc), "type": "value_error"}],
         ) from exc
 
 
-def settle_spec(spec: RecurrenceSpec, now: datetime) -> RecurrenceSpec:
+def _place(name: str) -> list[str | int]:
+    """``specs[1].at`` as a location: ``["specs", 1, "at"]``."""
+    parts: list[str | int] = []
+    for part in name.replace("[", ".").replace("]", "").split("."):
+        parts.append(int(part) if part.isdigit() else part)
+    return parts
+
+
+def _refusal(exc: RecurrenceError, name: str) -> InvalidRequest:
+    """A domain refusal as the API's: a field it names is placed under ``name``."""
+    details = dict(exc.details)
+    if exc.code == InvalidRequest.code and isinstance(details.get("field"), str):
+        place = details["field"]
+        if not place.startswith("calendar"):
+            place = f"{name}.{place}"
+        message = exc.message.split(": ", 1)[-1]
+        return InvalidRequest(
+            f"{place}: {message}",
+            errors=[{"loc": ["body", *_place(place)], "msg": message, "type": "value_error"}],
+        )
+    return InvalidRequest(exc.message, code=exc.code, **details)
+
+
+def decode_specs(value: Any) -> tuple[ScheduleSpec, ...]:
+    """``specs``: 1 to ``MAX_SPECS`` specs, each judged by ``decode_spec`` in its place."""
+    if not isinstance(value, list) or not 1 <= len(value) <= MAX_SPECS:
+        raise _problem("specs", f"must be a list of 1 to {MAX_SPECS} specs")
+    return tuple(decode_spec(item, f"specs[{index}]") for index, item in enumerate(value))
+
+
+def decode_calendar(value: Any) -> BusinessCalendar | None:
+    """``calendar`` (RS-10), or null for none."""
+    if value is None:
+        return None
+    known = {"holidays", "weekend", "extra_holidays", "extra_workdays", "on_closed_day"}
+    if not isinstance(value, Mapping) or set(value) - known:
+        raise _problem(
+            "calendar",
+            "must be {holidays?, weekend?, extra_holidays?, extra_workdays?, on_closed_day?}",
+        )
+    try:
+        return calendar_from_json(value)
+    except RecurrenceError as exc:
+        raise _refusal(exc, "calendar") from exc
+    except ValueError as exc:  # on_closed_day
+        raise _problem(
+            "calendar.on_closed_day", "must be skip, next_open_day or previous_open_day"
+        ) from exc
+
+
+def _settled(spec: ScheduleSpec, now: datetime) -> ScheduleSpec:
     """An interval without ``starts_at`` starts one interval after ``now`` (RS-1)."""
     if isinstance(spec, IntervalSpec) and spec.starts_at is None:
         return IntervalSpec(spec.interval_ms, now + timedelta(milliseconds=spec.interval_ms))
     return spec
+
+
+def settle_timing(settings: ScheduleSettings, now: datetime) -> ScheduleSettings:
+    """The specs settled at the mutation's time, and the timing they make with the
+    calendar walked once, so what only the whole can refuse is refused now (a business
+    day with no calendar, a move of an interval, a calendar never open)."""
+    settled = replace(settings, specs=tuple(_settled(spec, now) for spec in settings.specs))
+    check_timing(settled.timing, now)
+    return settled
+
+
+def check_timing(timing: Timing, now: datetime) -> None:
+    """Walk the timing once: what only specs and calendar together can refuse is
+    refused by name now, not at the first generation pass."""
+    try:
+        next(timing.timeline(now), None)
+    except RecurrenceError as exc:
+        raise _refusal(exc, "specs" if len(timing.specs) > 1 else "spec") from exc
+
+
+def decode_timing(body: Mapping[str, Any], now: datetime) -> Timing:
+    """``spec`` or ``specs``, and ``calendar``, as a preview takes them: settled at
+    ``now`` and checked."""
+    _refuse_spec_and_specs(body)
+    if "specs" in body:
+        specs = decode_specs(body["specs"])
+    elif "spec" in body:
+        specs = (decode_spec(body["spec"]),)
+    else:
+        raise InvalidRequest(
+            "a preview needs a spec: cron, interval_ms or business_day (or specs)",
+            errors=[{"loc": ["query", "spec"], "msg": "required", "type": "missing"}],
+        )
+    timing = Timing(
+        tuple(_settled(spec, now) for spec in specs), decode_calendar(body.get("calendar"))
+    )
+    check_timing(timing, now)
+    return timing
 
 
 def whole_second(now: datetime) -> datetime:
@@ -238,12 +334,12 @@ def _catch_up_window(value: Any) -> timedelta | None:
     return timedelta(seconds=value)
 
 
-def check_jitter(jitter: timedelta, spec: RecurrenceSpec, now: datetime) -> None:
-    """``jitter_ms`` (RS-9d): shorter than the smallest gap between the spec's fires."""
+def check_jitter(jitter: timedelta, timing: Timing | ScheduleSpec, now: datetime) -> None:
+    """``jitter_ms`` (RS-9d): shorter than the smallest gap between the schedule's fires."""
     if not jitter:
         return
     value = jitter // timedelta(milliseconds=1)
-    largest = max_jitter_ms(spec, now)
+    largest = max_jitter_ms(timing, now)
     if value > largest:
         raise InvalidRequest(
             f"jitter_ms {value} is not shorter than the smallest gap between this spec's "
@@ -415,7 +511,34 @@ Count = Annotated[int, Le(BIGINT_MAX)]
 FIELDS: tuple[Field, ...] = (
     _attribute("name", lambda v: _text("name", v, NAME_MAX), json=Name),
     _attribute("workflow", lambda v: _text("workflow", v, NAME_MAX), revises=True, json=Name),
-    _attribute("spec", decode_spec, encode=spec_to_json, revises=True, json=dict[str, Any]),
+    Field(
+        "spec",
+        decode_spec,
+        lambda s: s.spec,
+        lambda s, spec: replace(s, specs=(spec,)),
+        encode=spec_to_json,
+        default=None,  # required unless ``specs`` is sent (``decode_create``)
+        revises=True,
+        json=dict[str, Any],
+    ),
+    Field(
+        "specs",
+        decode_specs,
+        lambda s: s.specs,
+        lambda s, specs: replace(s, specs=specs),
+        encode=lambda specs: [spec_to_json(spec) for spec in specs],
+        default=None,  # not sent: ``spec`` says
+        revises=True,
+        json=Annotated[list[dict[str, Any]], MinLen(1), MaxLen(MAX_SPECS)],
+    ),
+    _attribute(
+        "calendar",
+        decode_calendar,
+        encode=calendar_to_json,
+        default=None,
+        revises=True,
+        json=dict[str, Any],
+    ),
     _policy(
         "overlap",
         "overlap",
@@ -520,7 +643,7 @@ REVISING = frozenset(f.name for f in FIELDS if f.revises) | {INPUT}
 _UNSET = ScheduleSettings(
     name="",
     workflow="",
-    spec=IntervalSpec(60_000),
+    specs=(IntervalSpec(60_000),),
     policy=SchedulePolicy(OverlapPolicy.SKIP, MissedPolicy.SKIP),
 )
 """Where a create's settings are written into: the table writes every field over it."""
@@ -572,6 +695,15 @@ def _refuse_unknown(body: Mapping[str, Any], known: frozenset[str], verb: str) -
         )
 
 
+def _refuse_spec_and_specs(body: Mapping[str, Any]) -> None:
+    """``spec`` means ``specs: [spec]``: a body sends one or the other."""
+    if "spec" in body and "specs" in body:
+        raise InvalidRequest(
+            "send either spec or specs, not both (spec means specs: [spec])",
+            errors=[{"loc": ["body", "specs"], "msg": "spec and specs", "type": "value_error"}],
+        )
+
+
 def _decoded(sent: Mapping[str, Any]) -> dict[str, Any]:
     """Each sent field's domain value, in the table's order whatever the body's, so a body
     with several problems always gets the same answer: the first field whose refusal has a
@@ -602,24 +734,31 @@ def _decoded(sent: Mapping[str, Any]) -> dict[str, Any]:
 
 def decode_create(body: Mapping[str, Any]) -> CreateSchedule:
     """A create from the fields sent; an omitted field takes its default, and ``name``,
-    ``workflow``, ``input`` and ``spec`` are required."""
-    missing = [name for name in ("name", "workflow", INPUT, "spec") if name not in body]
+    ``workflow``, ``input`` and ``spec`` (or ``specs``) are required."""
+    missing = [name for name in ("name", "workflow", INPUT) if name not in body]
+    if "spec" not in body and "specs" not in body:
+        missing.append("spec")
     if missing:
         raise InvalidRequest(
             f"a schedule needs {', '.join(missing)}",
             errors=[{"loc": ["body", f], "msg": "required", "type": "missing"} for f in missing],
         )
     _refuse_unknown(body, EDITABLE, "set")
-    values = _decoded({f.name: body.get(f.name, f.default) for f in FIELDS})
+    _refuse_spec_and_specs(body)
+    sent = {f.name: body.get(f.name, f.default) for f in FIELDS}
+    del sent["spec" if "specs" in body else "specs"]
+    values = _decoded(sent)
     settings = _UNSET
     for f in FIELDS:
-        settings = f.write(settings, values[f.name])
+        if f.name in values:
+            settings = f.write(settings, values[f.name])
     return CreateSchedule(settings, body[INPUT])
 
 
 def decode_update(schedule_id: str, version: int, body: Mapping[str, Any]) -> UpdateSchedule:
     """An edit of the fields sent; one the table does not know is refused by name."""
     _refuse_unknown(body, EDITABLE, "changed")
+    _refuse_spec_and_specs(body)
     changes = _decoded(body)
     if INPUT in body:
         changes[INPUT] = body[INPUT]

@@ -7,15 +7,13 @@ reads only the request, role, checks that need stored input (FT-4), state, versi
 
 from __future__ import annotations
 
-from dataclasses import dataclass, replace
+from collections.abc import Mapping
+from dataclasses import dataclass
 from datetime import datetime
 from typing import Any
 
 from punctual.domain.ids import new_id
 from punctual.domain.permissions import Action, Principal, require
-from punctual.domain.recurrence import (
-    next_fires,
-)
 from punctual.domain.schedules import (
     SETTINGS,
     Schedule,
@@ -23,6 +21,7 @@ from punctual.domain.schedules import (
     VersionPolicy,
     has_ended,
     next_bounded_fire,
+    preview_timing,
     remaining_occurrences,
     skipped_range,
 )
@@ -35,7 +34,12 @@ from punctual.usecases.kernel.admission import admit_input_and_class, admit_inpu
 from punctual.usecases.kernel.context import Services
 from punctual.usecases.kernel.idempotency import Answer, Mutation, Outcome
 from punctual.usecases.kernel.paging import check_choice, check_limit, decode_cursor, page
-from punctual.usecases.kernel.projections import fire_view, occurrence_view
+from punctual.usecases.kernel.projections import (
+    occurrence_view,
+    planned_fire_view,
+    preview_skip_view,
+)
+from punctual.usecases.recurring import history
 from punctual.usecases.recurring.occurrence_rows import skipped_range_row
 from punctual.usecases.recurring.schedule_fields import (
     INPUT,
@@ -45,14 +49,19 @@ from punctual.usecases.recurring.schedule_fields import (
     check_end_at,
     check_jitter,
     check_pause_until,
-    decode_spec,
-    settle_spec,
+    decode_blackouts,
+    decode_timing,
+    settle_timing,
     whole_second,
 )
 from punctual.usecases.running.definitions import input_problems, require_active
 from punctual.usecases.running.followthrough import SCHEDULE_FAILING
 
 PREVIEW_DEFAULT_COUNT = 10
+TIMING_FIELDS = frozenset({"spec", "specs", "calendar"})
+"""The fields of a body that say when the schedule fires."""
+TIMING_SETTINGS = frozenset({"specs", "calendar"})
+"""Where ``ScheduleSettings`` keeps them: a change of any moves the cursor (RS-5b)."""
 
 
 @dataclass(frozen=True)
@@ -81,13 +90,12 @@ def decide_create(
 ) -> NewSchedule:
     """Every check of a create, in the contract's order, and the row it would insert;
     nothing is written (the dry run of ``PUT …/by-name`` stops here)."""
-    settings = cmd.settings
-    spec = settle_spec(settings.spec, whole_second(now))
+    settings = settle_timing(cmd.settings, whole_second(now))
     check_end_at(settings.end_at, now)
     check_pause_until(settings.pause_until, now)
-    check_jitter(settings.policy.jitter, spec, now)
+    check_jitter(settings.policy.jitter, settings.timing, now)
     schedule_driver.check_supported(
-        services, spec, settings.policy, pause_until=settings.pause_until
+        services, settings.timing, settings.policy, pause_until=settings.pause_until
     )
     active_version = _check_input(tx, settings.workflow, cmd.input)
     require(principal, Action.CREATE)
@@ -111,12 +119,14 @@ def decide_create(
     return NewSchedule(
         id=new_id("sch"),
         tenant=principal.tenant,
-        settings=replace(settings, spec=spec),
+        settings=settings,
         input=services.codec.encrypt(cmd.input, principal.tenant),
         pinned_version=active_version if pinned else None,
         created_by=principal.subject,
         cursor=now,
-        next_fire_at=next_bounded_fire(spec, now, settings.end_at, settings.max_occurrences),
+        next_fire_at=next_bounded_fire(
+            settings.timing, now, settings.end_at, settings.max_occurrences
+        ),
     )
 
 
@@ -126,7 +136,9 @@ def create(services: Services, principal: Principal, cmd: CreateSchedule) -> Mut
         if resumed is not None:
             return schedule_driver.created(services, tx, resumed, now)
         new = decide_create(services, principal, cmd, tx, now)
-        return schedule_driver.created(services, tx, tx.schedules.insert(new, now), now)
+        inserted = tx.schedules.insert(new, now)
+        history.created(tx, inserted, principal.subject)
+        return schedule_driver.created(services, tx, inserted, now)
 
     return mutation
 
@@ -138,12 +150,13 @@ def _load(tx: Tx, principal: Principal, schedule_id: str, *, lock: bool = True) 
     return schedule
 
 
-def _changed(tx: Tx, schedule: Schedule, now: datetime, **changes: Any) -> Schedule:
+def _changed(tx: Tx, schedule: Schedule, now: datetime, by: str, **changes: Any) -> Schedule:
     if not tx.schedules.compare_and_set(schedule.id, schedule.version, now, **changes):
         latest = tx.schedules.get(schedule.tenant, schedule.id)
         raise version_conflict("schedule", schedule.id, latest.version if latest else 0)
     updated = tx.schedules.get(schedule.tenant, schedule.id, deleted=True)
     assert updated is not None
+    history.changed(tx, schedule, updated, now, by)
     return updated
 
 
@@ -155,7 +168,7 @@ def _dropped_by_edit(schedule: Schedule, now: datetime) -> SkippedRange | None:
         return None
     until = now if schedule.end_at is None else min(now, schedule.end_at)
     return skipped_range(
-        schedule.spec,
+        schedule.timing,
         schedule.cursor,
         until,
         "schedule_edited",
@@ -175,6 +188,8 @@ class UpdatePlan:
     schedule: Schedule
     changes: dict[str, Any]
     dropped: SkippedRange | None
+    by: str
+    """Who edits it (the schedule's history names them)."""
 
 
 def decide_update(
@@ -194,15 +209,15 @@ def decide_update(
         schedule = _load(tx, principal, cmd.schedule_id)
     sent = set(cmd.changes)
     desired = cmd.apply(schedule.settings)
-    spec = desired.spec
-    if "spec" in sent:
-        spec = settle_spec(spec, whole_second(now))
-        desired = replace(desired, spec=spec)
-    if "jitter_ms" in sent or ("spec" in sent and desired.policy.jitter):
-        check_jitter(desired.policy.jitter, spec, now)
-    stored = "spec" not in sent  # kept as it is: as the driver honours records
+    timing_sent = bool(TIMING_FIELDS & sent)
+    if timing_sent:
+        desired = settle_timing(desired, whole_second(now))
+    timing = desired.timing
+    if "jitter_ms" in sent or (timing_sent and desired.policy.jitter):
+        check_jitter(desired.policy.jitter, timing, now)
+    stored = not timing_sent  # kept as it is: as the driver honours records
     schedule_driver.check_supported(
-        services, spec, desired.policy, pause_until=desired.pause_until, stored=stored
+        services, timing, desired.policy, pause_until=desired.pause_until, stored=stored
     )
     if "end_at" in sent:
         check_end_at(desired.end_at, now)
@@ -243,12 +258,13 @@ def decide_update(
         stored = services.codec.decrypt(tx.schedules.input_of(schedule.id), schedule.tenant)
         _check_input(tx, workflow, stored)
         changes["workflow"] = workflow
-    dropped = _dropped_by_edit(schedule, now) if "spec" in changes else None
+    timing_changed = bool(TIMING_SETTINGS & set(changes))
+    dropped = _dropped_by_edit(schedule, now) if timing_changed else None
     fires_counted = schedule.fires_counted + (dropped.count if dropped else 0)
     remaining = remaining_occurrences(max_occurrences, fires_counted)
-    cursor = max(schedule.cursor, now) if "spec" in changes else schedule.cursor
+    cursor = max(schedule.cursor, now) if timing_changed else schedule.cursor
     enabling = changes.get("enabled") is True
-    if enabling and has_ended(spec, cursor, end_at, remaining):
+    if enabling and has_ended(timing, cursor, end_at, remaining):
         raise Conflict(
             f"schedule {schedule.id} has ended (its end_at or max_occurrences is reached); "
             "extend it with a PATCH of end_at or max_occurrences",
@@ -266,29 +282,30 @@ def decide_update(
         revised = content_edit - {"source"}
     if revised:
         changes["revision"] = schedule.revision + 1
-    if "spec" in changes:
+    if timing_changed:
         # RS-5b: continue from max(last occurrence, edit time); nothing re-runs.
         changes["cursor"] = cursor
         if dropped is not None:
             changes["fires_counted"] = fires_counted
-    # Blackouts decide which fires run: the next pass looks again from the cursor.
     # Blackouts and a timed pause decide which fires run: the next pass looks again.
-    bounds_moved = bool({"spec", "end_at", "max_occurrences"} & set(changes)) or bool(
-        {"blackouts", "pause_until"} & set(sent)
+    bounds_moved = (
+        timing_changed
+        or bool({"end_at", "max_occurrences"} & set(changes))
+        or bool({"blackouts", "pause_until"} & set(sent))
     )
     if bounds_moved or (enabling and not schedule.enabled):
-        changes["next_fire_at"] = next_bounded_fire(spec, cursor, end_at, remaining)
+        changes["next_fire_at"] = next_bounded_fire(timing, cursor, end_at, remaining)
     if "version_policy" in changes or "workflow" in changes:
         pinned = changes.get("version_policy", schedule.version_policy) is VersionPolicy.PINNED
         active = require_active(tx, workflow).version if pinned else None
         changes["pinned_version"] = active
-    return UpdatePlan(schedule, changes, dropped)
+    return UpdatePlan(schedule, changes, dropped, principal.subject)
 
 
 def apply_update(tx: Tx, plan: UpdatePlan, now: datetime) -> Schedule:
     if plan.dropped is not None:
         _record_dropped(tx, plan.schedule, plan.dropped, now)
-    return _changed(tx, plan.schedule, now, **plan.changes)
+    return _changed(tx, plan.schedule, now, plan.by, **plan.changes)
 
 
 def update(services: Services, principal: Principal, cmd: UpdateSchedule) -> Mutation:
@@ -322,7 +339,9 @@ def delete(services: Services, principal: Principal, schedule_id: str, version: 
         if schedule.version != version:
             raise version_conflict("schedule", schedule.id, schedule.version)
         schedule_driver.remove_before_delete(services, tx, schedule.id)
-        _changed(tx, schedule, now, enabled=False, deleted_at=now, next_fire_at=None)
+        _changed(
+            tx, schedule, now, principal.subject, enabled=False, deleted_at=now, next_fire_at=None
+        )
         tx.starts.cancel_unstarted(schedule.id, "schedule_deleted", now)
         # A deleted schedule fails no more: nothing is left for an operator to act on.
         tx.findings.clear(schedule.tenant, SCHEDULE_FAILING, schedule.id)
@@ -402,13 +421,20 @@ def cancel_occurrence(
 
 
 def preview(
-    spec_data: dict[str, Any], after: datetime, count: int = PREVIEW_DEFAULT_COUNT
+    fields: Mapping[str, Any], after: datetime, count: int = PREVIEW_DEFAULT_COUNT
 ) -> dict[str, Any]:
-    """Fire times strictly after ``after`` for any spec, DST decisions included (RS-8)."""
+    """Fire times strictly after ``after`` for any schedule's timing fields (``spec`` or
+    ``specs``, ``calendar``, ``blackouts``), DST, calendar and blackout decisions
+    included (RS-8, RS-10): what generation will decide."""
     if not 1 <= count <= 100:
         raise InvalidRequest(
             "count must be between 1 and 100",
             errors=[{"loc": ["query", "count"], "msg": "1..100", "type": "range"}],
         )
-    spec = settle_spec(decode_spec(spec_data), after)
-    return {"items": [fire_view(fire) for fire in next_fires(spec, after, count)]}
+    timing = decode_timing(fields, after)
+    blackouts = decode_blackouts(fields.get("blackouts") or [])
+    fires, skips = preview_timing(timing, blackouts, after, count)
+    return {
+        "items": [planned_fire_view(fire) for fire in fires],
+        "skipped": [preview_skip_view(skip) for skip in skips],
+    }

@@ -54,6 +54,7 @@ from punctual.ports.store import Tx
 from punctual.usecases.firing import schedule_driver
 from punctual.usecases.kernel.context import Services
 from punctual.usecases.outbound.outbox import NotificationEvent, notify, notify_auto_disabled
+from punctual.usecases.recurring import history
 from punctual.usecases.running.definitions import input_problems
 
 log = logging.getLogger("punctual.dispatch")
@@ -563,6 +564,7 @@ def _auto_disable(
             schedule.id, schedule.version, now, enabled=False, last_status=status
         ):
             notify_auto_disabled(services, tx, schedule, status, now)
+            history.auto_disabled(tx, schedule, now)
             # Not a Temporal call inside dispatch: the fire's workflow or the sweep pauses it.
             schedule_driver.mark_drifted(services, tx, schedule.id, now)
             return

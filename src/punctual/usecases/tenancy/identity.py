@@ -19,6 +19,7 @@ from punctual.usecases.kernel.idempotency import Answer, Mutation, Outcome
 from punctual.usecases.kernel.paging import read_page
 from punctual.usecases.kernel.projections import token_view, ts
 from punctual.usecases.outbound.outbox import notify_auto_disabled
+from punctual.usecases.recurring import history
 
 TOKEN_BYTES = 32  # 256 bits of randomness
 
@@ -171,6 +172,7 @@ def remove_member(services: Services, principal: Principal, subject: str) -> Mut
                 schedule.id, schedule.version, now, enabled=False, last_status=status
             ):
                 notify_auto_disabled(services, tx, schedule, status, now)
+                history.auto_disabled(tx, schedule, now)
                 schedule_driver.mark_drifted(services, tx, schedule.id, now)
         return Outcome(Answer.REMOVED, None, resource_id=subject)
 

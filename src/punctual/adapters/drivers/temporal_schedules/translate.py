@@ -19,7 +19,7 @@ from temporalio.client import (
     ScheduleState,
 )
 
-from punctual.domain.recurrence import CronSpec
+from punctual.domain.recurrence import CronSpec, IntervalSpec
 from punctual.domain.schedules import OverlapPolicy
 from punctual.ports.driver import DriverSchedule
 
@@ -64,6 +64,8 @@ def spec_of(schedule: DriverSchedule) -> ScheduleSpec:
             time_zone_name=schedule.spec.time_zone,
             end_at=schedule.end_at,
         )
+    if not isinstance(schedule.spec, IntervalSpec):
+        raise ValueError("a business_day spec has no Temporal Schedule (check_supported)")
     starts_at = schedule.spec.starts_at
     assert starts_at is not None, "a stored interval schedule has its first fire"
     if starts_at.microsecond:

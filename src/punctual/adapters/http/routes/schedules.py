@@ -51,6 +51,7 @@ from punctual.resources import (
     Occurrence,
     OccurrencePage,
     Schedule,
+    ScheduleAudit,
     SchedulePage,
     SchedulePreview,
     ScheduleUpsert,
@@ -58,7 +59,7 @@ from punctual.resources import (
 )
 from punctual.usecases.kernel import mutations
 from punctual.usecases.kernel.idempotency import Mutation
-from punctual.usecases.recurring import schedule_controls, schedules, transfer
+from punctual.usecases.recurring import missed_runs, schedule_controls, schedules, transfer
 from punctual.usecases.recurring.schedule_fields import MAX_SPAN_MS, decode_update
 
 router = tenant_router("schedules")
@@ -69,6 +70,8 @@ _SPEC_REFUSALS = (
     "unknown_time_zone",
     "interval_too_short",
     "invalid_schedule_spec",
+    "unknown_holiday_region",
+    "calendar_never_open",
 )
 # What a create or a content edit answers besides the spec's own refusals.
 _CONTENT_REFUSALS = (
@@ -376,6 +379,36 @@ def list_occurrences(
     return schedules.list_occurrences(call.services, principal, query)
 
 
+@router.get(
+    "/schedules/{schedule_id}/audit",
+    **answering(200, ScheduleAudit, READ),
+    description="Every instant the schedule's specs yielded in `[from, to)` (at most 10,000) "
+    "and what became of it: `fired`, `skipped` (with the recorded reason), `not_generated` "
+    "(before creation, after deletion or the end, while paused with the pause, or not yet "
+    "reached) or `missing` (no decision recorded: a defect of punctual, raised as a health "
+    "finding); with the pauses that overlap the range. Read-only.",
+)
+def audit_schedule(
+    tenant: str,
+    schedule_id: str,
+    call: CallDep,
+    after: Annotated[str | None, documented_query(INSTANT, "Required.", alias="from")] = None,
+    to: Annotated[str | None, documented_query(INSTANT, "Required.")] = None,
+) -> dict[str, Any]:
+    principal = call.principal(tenant)
+    start, end = _instant(after, "from"), _instant(to, "to")
+    if start is None or end is None:
+        missing = [name for name, value in (("from", start), ("to", end)) if value is None]
+        raise InvalidRequest(
+            f"an audit needs {' and '.join(missing)}: the range [from, to) to account for",
+            errors=[
+                {"loc": ["query", name], "msg": "required", "type": "missing"} for name in missing
+            ],
+        )
+    command = missed_runs.AuditSchedule(schedule_id, start, end)
+    return missed_runs.audit_schedule(call.services, principal, command)
+
+
 @router.post(
     "/schedules/{schedule_id}/occurrences/{occurrence_id}/cancel",
     **mutating(
@@ -400,12 +433,26 @@ def cancel_occurrence(
     return call.mutate(tenant, decide, mutations.occurrence(schedule_id, occurrence_id))
 
 
+def _json_query(name: str, text: str) -> Any:
+    """A query parameter that carries a schedule field's JSON."""
+    try:
+        return load_json(text.encode())
+    except InvalidRequest:
+        raise InvalidRequest(
+            f"{name} must be JSON, as a schedule's {name} is sent",
+            errors=[{"loc": ["query", name], "msg": "not JSON", "type": "json_invalid"}],
+        ) from None
+
+
 @router.get(
     "/schedule-preview",
     **answering(200, SchedulePreview, READ, _SPEC_REFUSALS),
     description="The fire times strictly after `from` (default now) of a cron expression "
-    "(with `time_zone`, `dst_gap`, `dst_overlap`) or an interval (`interval_ms`, "
-    "`starts_at`), with their local and nominal times. Read-only.",
+    "(with `time_zone`, `dst_gap`, `dst_overlap`), an interval (`interval_ms`, "
+    "`starts_at`) or a business day (`business_day`, `at`, `time_zone`), or of a "
+    "schedule's `specs`, `calendar` and `blackouts` (each as the JSON a schedule takes), "
+    "with their local and nominal times, and the decisions not to fire met on the way "
+    "(`skipped`: DST gaps, closed days, blackouts). Read-only.",
 )
 def schedule_preview(
     tenant: str,
@@ -416,6 +463,18 @@ def schedule_preview(
     dst_overlap: Annotated[str | None, choice_query(["first", "last", "both"])] = None,
     interval_ms: Annotated[str | None, documented_query(whole_number(0, MAX_SPAN_MS))] = None,
     starts_at: Annotated[str | None, documented_query(INSTANT)] = None,
+    business_day: Annotated[
+        str | None,
+        Query(description="The N-th business day of each month (1-23, or -1…-23 from its end)."),
+    ] = None,
+    at: Annotated[str | None, Query(description="A business day's local time, HH:MM.")] = None,
+    specs: Annotated[
+        str | None, Query(description="A schedule's `specs`, as JSON (instead of one spec).")
+    ] = None,
+    calendar: Annotated[str | None, Query(description="A schedule's `calendar`, as JSON.")] = None,
+    blackouts: Annotated[
+        str | None, Query(description="A schedule's `blackouts`, as JSON.")
+    ] = None,
     after: Annotated[str | None, documented_query(INSTANT, alias="from")] = None,
     count: Annotated[
         str | None,
@@ -424,18 +483,29 @@ def schedule_preview(
 ) -> dict[str, Any]:
     call.principal(tenant)
     instant = _instant(after, "from") or call.services.clock.now()
-    spec: dict[str, Any] = {}
+    fields: dict[str, Any] = {}
+    zone = {"time_zone": time_zone or "UTC"}
+    policy = {k: v for k, v in (("dst_gap", dst_gap), ("dst_overlap", dst_overlap)) if v}
     if cron is not None:
-        spec = {"cron": cron, "time_zone": time_zone or "UTC"}
-        spec.update({k: v for k, v in (("dst_gap", dst_gap), ("dst_overlap", dst_overlap)) if v})
+        fields["spec"] = {"cron": cron} | zone | policy
+    elif business_day is not None:
+        magnitude = parse_whole_number(business_day.removeprefix("-"), "business_day", maximum=99)
+        day = -magnitude if business_day.startswith("-") else magnitude
+        fields["spec"] = {"business_day": day, "at": at} | zone | policy
     elif interval_ms is not None:
-        spec = {"interval_ms": parse_whole_number(interval_ms, "interval_ms", maximum=MAX_SPAN_MS)}
+        spec: dict[str, Any] = {
+            "interval_ms": parse_whole_number(interval_ms, "interval_ms", maximum=MAX_SPAN_MS)
+        }
         start = _instant(starts_at, "starts_at")
         if start is not None:
             spec["starts_at"] = start
+        fields["spec"] = spec
+    for name, text in (("specs", specs), ("calendar", calendar), ("blackouts", blackouts)):
+        if text is not None:
+            fields[name] = _json_query(name, text)
     number = parse_limit(count, default=schedules.PREVIEW_DEFAULT_COUNT, name="count")
     try:
-        return schedules.preview(spec, instant, number)
+        return schedules.preview(fields, instant, number)
     except OverflowError:
         # Fire times past the year 9999 exist in no calendar Python (or the store) holds.
         raise InvalidRequest(

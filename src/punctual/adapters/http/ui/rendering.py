@@ -112,8 +112,39 @@ def pretty_json(value: Any) -> str:
 def spec_text(spec: dict[str, Any]) -> str:
     if "cron" in spec:
         return f"cron {spec['cron']} in {spec.get('time_zone') or 'UTC'}"
+    if "business_day" in spec:
+        n = spec["business_day"]
+        nth = "last" if n == -1 else f"{n}th" if n > 0 else f"{-n}th from last"
+        return f"{nth} business day at {spec['at']} in {spec.get('time_zone') or 'UTC'}"
     seconds = spec["interval_ms"] / 1000
     return f"every {seconds:g} s"
+
+
+def specs_text(specs: list[dict[str, Any]]) -> str:
+    """Each spec in words, numbered as occurrences name them when there are several."""
+    if len(specs) == 1:
+        return spec_text(specs[0])
+    return "; ".join(f"[{index}] {spec_text(spec)}" for index, spec in enumerate(specs))
+
+
+def calendar_text(calendar: dict[str, Any] | None) -> str:
+    """Regions, weekend, extra dates and what a closed day does, in words."""
+    if calendar is None:
+        return "every day is open"
+    regions = [
+        r["country"] + (f"-{r['subdivision']}" if r.get("subdivision") else "")
+        for r in calendar["holidays"]
+    ]
+    parts = [
+        f"public holidays of {', '.join(regions)}" if regions else "no public holidays",
+        f"weekend {', '.join(calendar['weekend']) or 'none'}",
+    ]
+    if calendar["extra_holidays"]:
+        parts.append(f"also closed {', '.join(calendar['extra_holidays'])}")
+    if calendar["extra_workdays"]:
+        parts.append(f"also open {', '.join(calendar['extra_workdays'])}")
+    parts.append("closed days: " + calendar["on_closed_day"].replace("_", " "))
+    return "; ".join(parts)
 
 
 def _environment() -> jinja2.Environment:
@@ -131,6 +162,8 @@ def _environment() -> jinja2.Environment:
         dst=dst_text,
         pretty_json=pretty_json,
         spec=spec_text,
+        specs=specs_text,
+        calendar=calendar_text,
     )
     env.globals.update(prefix=PREFIX, legend=timeline.legend(), timeline_geometry=_geometry())
     return env

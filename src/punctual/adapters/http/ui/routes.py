@@ -353,10 +353,11 @@ def _upcoming(view: dict[str, Any]) -> list[dict[str, Any]]:
     its spec from just before the first of them, so both name the same instants."""
     fire_times: list[str] = view["next_fire_times"]
     notes: dict[str, dict[str, Any]] = {}
-    if "cron" in view["spec"] and fire_times:
+    if any("interval_ms" not in spec for spec in view["specs"]) and fire_times:
         after = parse_rfc3339(fire_times[0]) - timedelta(milliseconds=1)
+        timing = {"specs": view["specs"], "calendar": view["calendar"]}
         try:
-            preview = schedules.preview(view["spec"], after, len(fire_times))
+            preview = schedules.preview(timing, after, len(fire_times))
         except (PunctualError, OverflowError):
             preview = {"items": []}
         notes = {item["fire_at"]: item for item in preview["items"]}
@@ -366,6 +367,7 @@ def _upcoming(view: dict[str, Any]) -> list[dict[str, Any]]:
             "local": notes.get(at, {}).get("local"),
             "nominal": notes.get(at, {}).get("nominal"),
             "dst_adjustment": notes.get(at, {}).get("dst_adjustment"),
+            "calendar_moved_from": notes.get(at, {}).get("calendar_moved_from"),
         }
         for at in fire_times
     ]

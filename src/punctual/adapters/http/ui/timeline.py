@@ -67,6 +67,24 @@ _KIND_LIST = [
     Kind("dst_skipped", "Skipped: time in a DST gap", "decision", _DIAMOND, PURPLE, False),
     Kind("skipped_overlap", "Skipped: previous run unfinished", "decision", _SQUARE, ORANGE, True),
     Kind("missed", "Missed range (not generated)", "decision", RANGE, GREY, True),
+    Kind(
+        "fired_calendar_moved",
+        "Fired, moved off a closed day",
+        "decision",
+        _TRIANGLE_UP,
+        BLUE,
+        True,
+    ),
+    Kind(
+        "calendar_skipped",
+        "Skipped: closed day (calendar)",
+        "decision",
+        _TRIANGLE_UP,
+        ORANGE,
+        False,
+    ),
+    Kind("blackout", "Skipped: blackout window", "decision", _HOURGLASS, ORANGE, False),
+    Kind("too_late", "Skipped: too late to start", "decision", _TRIANGLE_DN, RED, False),
     Kind("skipped", "Skipped: other reason", "decision", _SQUARE, ORANGE, False),
     Kind("failed", "Failed to start", "decision", _CROSS, RED, False),
     Kind("canceled", "Canceled", "decision", _SLASHED_CIRCLE, GREY, False),
@@ -94,6 +112,7 @@ _KIND_LIST = [
 KINDS = {kind.name: kind for kind in _KIND_LIST}
 
 _DST_MOVED = {"gap_shifted", "overlap_second"}
+_SKIP_KINDS = {"calendar": "calendar_skipped", "blackout": "blackout", "too_late": "too_late"}
 _PENDING_STATES = {"scheduled", "buffered", "dispatching"}
 
 
@@ -108,12 +127,14 @@ def decision_kind(occurrence: dict[str, Any]) -> Kind:
             return KINDS["skipped_overlap"]
         if reason == "dst_gap" or occurrence.get("dst_adjustment") == "gap_skipped":
             return KINDS["dst_skipped"]
-        return KINDS["skipped"]
+        return KINDS[_SKIP_KINDS.get(reason or "", "skipped")]
     if state == "failed":
         return KINDS["failed"]
     if state == "canceled":
         return KINDS["canceled"]
     if state == "dispatched":
+        if occurrence.get("calendar_moved_from"):
+            return KINDS["fired_calendar_moved"]
         moved = occurrence.get("dst_adjustment") in _DST_MOVED
         return KINDS["fired_dst_moved" if moved else "fired"]
     return KINDS["pending"] if state in _PENDING_STATES else KINDS["skipped"]

@@ -20,6 +20,8 @@ from punctual.adapters.stores.sql.dialects import (
     upsert,
 )
 from punctual.adapters.stores.sql.reads import first_record
+from punctual.domain.ids import new_id
+from punctual.domain.schedule_audit import EventKind, ScheduleEvent
 from punctual.domain.schedules import (
     SETTINGS,
     MissedPolicy,
@@ -29,8 +31,12 @@ from punctual.domain.schedules import (
     VersionPolicy,
     blackouts_from_json,
     blackouts_to_json,
+    calendar_from_json,
+    calendar_to_json,
     spec_from_json,
     spec_to_json,
+    timing_from_json,
+    timing_to_json,
 )
 from punctual.errors import RaceLost
 from punctual.ports.records import (
@@ -70,7 +76,9 @@ def schedule_from_row(row: RowMapping) -> Schedule:
         tenant=row["tenant"],
         name=row["name"],
         workflow=row["workflow"],
-        spec=spec_from_json(dict(row["spec"])),
+        specs=tuple(
+            spec_from_json(dict(spec)) for spec in [row["spec"], *(row["more_specs"] or ())]
+        ),
         policy=SchedulePolicy(
             overlap=OverlapPolicy(row["overlap"]),
             missed=MissedPolicy(row["missed"]),
@@ -106,6 +114,7 @@ def schedule_from_row(row: RowMapping) -> Schedule:
         fires_counted=row["fires_counted"],
         source=row["source"],
         pause_until=row["pause_until"],
+        calendar=calendar_from_json(row["calendar"]) if row["calendar"] is not None else None,
     )
 
 
@@ -129,8 +138,12 @@ def schedule_columns(values: dict[str, Any]) -> dict[str, Any]:
     """A schedule's attributes (settings or state) as its columns: the spec as JSON, the
     policy spread over its columns, the input and its key apart, enums as their values."""
     columns = dict(values)
-    if "spec" in columns and not isinstance(columns["spec"], dict):
-        columns["spec"] = spec_to_json(columns["spec"])
+    if "specs" in columns:
+        # The first spec in ``spec`` (every schedule has it), the others in ``more_specs``.
+        first, *more = (spec_to_json(spec) for spec in columns.pop("specs"))
+        columns.update(spec=first, more_specs=more or None)
+    if "calendar" in columns:
+        columns["calendar"] = calendar_to_json(columns["calendar"])
     if "policy" in columns:
         columns.update(policy_columns(columns.pop("policy")))
     if "input" in columns and isinstance(columns["input"], EncryptedInput):
@@ -433,6 +446,36 @@ class SqlSchedules:
         query = sa.select(sa.func.min(_c.next_fire_at)).where(_c.enabled, _c.deleted_at.is_(None))
         value: datetime | None = self._conn.execute(query).scalar_one_or_none()
         return value
+
+    def record_event(self, tenant: str, schedule_id: str, event: ScheduleEvent) -> None:
+        self._conn.execute(
+            sa.insert(t.schedule_events).values(
+                id=new_id("sev"),
+                tenant=tenant,
+                schedule_id=schedule_id,
+                at=event.at,
+                kind=event.kind.value,
+                by=event.by[:200],
+                timing=timing_to_json(event.timing) if event.timing is not None else None,
+                until=event.until,
+            )
+        )
+
+    def events(self, schedule_id: str) -> list[ScheduleEvent]:
+        e = t.schedule_events.c
+        query = (
+            sa.select(t.schedule_events).where(e.schedule_id == schedule_id).order_by(e.at, e.id)
+        )
+        return [
+            ScheduleEvent(
+                EventKind(row["kind"]),
+                row["at"],
+                row["by"],
+                timing_from_json(row["timing"]) if row["timing"] is not None else None,
+                row["until"],
+            )
+            for row in self._conn.execute(query).mappings()
+        ]
 
     def lock_for_dispatch(self, schedule_id: str) -> Schedule | None:
         """Serialize overlap decisions of one schedule across runners (RS-3)."""

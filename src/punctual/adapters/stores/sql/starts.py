@@ -34,6 +34,7 @@ from punctual.adapters.stores.sql.rows import (
 )
 from punctual.adapters.stores.sql.start_inserts import insert_starts
 from punctual.domain.runs import RunState
+from punctual.domain.schedule_audit import AuditRow
 from punctual.domain.schedules import OccurrenceOrigin
 from punctual.domain.starts import LastError, ScheduledStart, StartState
 from punctual.domain.timeutil import to_rfc3339
@@ -403,6 +404,53 @@ class SqlStarts:
     def count_pending_of_workflow(self, workflow: str) -> int:
         query = sa.select(sa.func.count()).where(_s.workflow == workflow, _s.state.in_(_PENDING))
         return int(self._conn.execute(query).scalar_one())
+
+    def audit_rows(self, schedule_id: str, start: datetime, end: datetime) -> list[AuditRow]:
+        # Occurrences in the range, and the ranges that start before it and reach into it
+        # (walked back on the (schedule_id, occurrence_at, rerun) key: a range never
+        # overlaps another, so the last one that starts before ``start`` is enough).
+        r = t.runs.c
+        columns = (
+            _s.id,
+            _s.occurrence_at,
+            _s.state,
+            _s.reason,
+            _s.range_last,
+            _s.rerun,
+            sa.case((_s.dispatched_at.is_not(None), _s.run_id), else_=None).label("run"),
+            r.state.label("run_state"),
+        )
+        joined = t.starts.outerjoin(t.runs, r.id == _s.run_id)
+        inside = (
+            sa.select(*columns)
+            .select_from(joined)
+            .where(_s.schedule_id == schedule_id, _s.occurrence_at >= start, _s.occurrence_at < end)
+        )
+        before = (
+            sa.select(*columns)
+            .select_from(joined)
+            .where(
+                _s.schedule_id == schedule_id,
+                _s.occurrence_at < start,
+                _s.range_last.is_not(None),
+            )
+            .order_by(_s.occurrence_at.desc())
+            .limit(1)
+        )
+        rows = [*self._conn.execute(inside).mappings(), *self._conn.execute(before).mappings()]
+        return [
+            AuditRow(
+                occurrence_id=row["id"],
+                occurrence_at=row["occurrence_at"],
+                state=row["state"],
+                reason=row["reason"],
+                range_last=row["range_last"],
+                run_id=row["run"],
+                run_state=row["run_state"],
+                rerun=row["rerun"],
+            )
+            for row in rows
+        ]
 
     def compare_and_set(
         self, start_id: str, expected_version: int, now: datetime, **changes: Any

@@ -148,6 +148,9 @@ starts = sa.Table(
     sa.Column("reason", sa.String(300)),
     # What a decision names beyond its reason: a blackout's own reason (RS-10).
     sa.Column("reason_detail", sa.String(300)),
+    # The specs that yielded an occurrence, and the instant a calendar moved it from (RS-10).
+    sa.Column("spec_indexes", JSONType),
+    sa.Column("calendar_moved_from", UTCDateTime),
     # An occurrence's start deadline (RS-10): not started after it, by dispatch or worker.
     sa.Column("start_deadline_at", UTCDateTime),
     sa.Column("created_by", sa.String(200), nullable=False),
@@ -288,6 +291,9 @@ schedules = sa.Table(
     sa.Column("source", sa.String(200)),
     # Windows without fires (RS-10): [{"from", "to", "reason"}], sorted, never overlapping.
     sa.Column("blackouts", JSONType, nullable=False, server_default=sa.text("'[]'")),
+    # The specs after the first, and the business calendar (RS-10); null: none.
+    sa.Column("more_specs", JSONType),
+    sa.Column("calendar", JSONType),
     # Paused until then (RS-10); kept once passed, when it no longer holds the schedule.
     sa.Column("pause_until", UTCDateTime),
     # An occurrence whose body has not begun this long after it was due never begins.
@@ -316,6 +322,22 @@ schedule_status = sa.Table(
     sa.Column("last_status", sa.String(300)),
     # The occurrence that last_run_id/last_status describe: they only move forward (CR-4).
     sa.Column("status_occurrence_at", UTCDateTime),
+)
+
+# A schedule's history for the missed-run audit (RS-10): created, timing changed (with the
+# timing from then on), paused (until, for a timed pause), resumed, deleted.
+schedule_events = sa.Table(
+    "schedule_events",
+    metadata,
+    sa.Column("id", sa.String(40), primary_key=True),
+    sa.Column("tenant", sa.String(64), nullable=False),
+    sa.Column("schedule_id", sa.String(40), nullable=False),
+    sa.Column("at", UTCDateTime, nullable=False),
+    sa.Column("kind", sa.String(16), nullable=False),
+    sa.Column("by", sa.String(200), nullable=False),
+    sa.Column("timing", JSONType),
+    sa.Column("until", UTCDateTime),
+    sa.Index("ix_schedule_events_schedule", "schedule_id", "at"),
 )
 
 findings = sa.Table(

@@ -1,0 +1,212 @@
+"""The missed-run audit (SPEC RS-10): every instant a schedule's specs yielded in a range,
+and what became of it.
+
+"Why didn't my schedule fire?" has one answer per instant, decided here from three things
+the store keeps: the schedule's history (when it was created, each change of when it
+fires, each pause and resume, its deletion), the rows generation wrote (occurrences,
+skipped ranges, DST and calendar skips), and where generation has got to (the cursor).
+An instant is
+
+- ``fired``: an occurrence was generated for it (its run says how it went);
+- ``skipped``: a decision not to run it was recorded, with its reason;
+- ``not_generated``: nothing is recorded, by design: before the schedule existed, after it
+  was deleted or ended, while it was paused (with the pause), or not yet reached;
+- ``missing``: none of those. It must never appear: it is punctual's own defect.
+
+Pure: the same history and rows give the same answer in every process.
+"""
+
+from __future__ import annotations
+
+import bisect
+from collections.abc import Sequence
+from dataclasses import dataclass
+from datetime import datetime, timedelta
+from enum import StrEnum
+
+from punctual.domain.calendar_timeline import PlannedFire, PlannedSkip, Timing
+
+MAX_AUDIT_INSTANTS = 10_000
+_TICK = timedelta(microseconds=1)
+
+
+class EventKind(StrEnum):
+    CREATED = "created"
+    """The schedule began, with its timing."""
+    TIMING = "timing"
+    """Its specs or calendar changed: the new timing holds after ``at``."""
+    PAUSED = "paused"
+    """Paused (by a member, a timed pause until ``until``, or auto-disable)."""
+    RESUMED = "resumed"
+    DELETED = "deleted"
+
+
+@dataclass(frozen=True)
+class ScheduleEvent:
+    """One entry of a schedule's history."""
+
+    kind: EventKind
+    at: datetime
+    by: str
+    timing: Timing | None = None
+    """For ``created`` and ``timing``."""
+    until: datetime | None = None
+    """For a timed pause: when it ends by itself."""
+
+
+class Outcome(StrEnum):
+    FIRED = "fired"
+    SKIPPED = "skipped"
+    NOT_GENERATED = "not_generated"
+    MISSING = "missing"
+
+
+@dataclass(frozen=True)
+class AuditRow:
+    """A row generation wrote: an occurrence at ``occurrence_at``, or a skipped range up to
+    ``range_last``; with its run's state once it has one."""
+
+    occurrence_id: str
+    occurrence_at: datetime
+    state: str
+    reason: str | None
+    range_last: datetime | None
+    run_id: str | None
+    run_state: str | None
+    rerun: int = 0
+
+
+@dataclass(frozen=True)
+class Pause:
+    start: datetime
+    end: datetime | None
+    """None: still paused."""
+    by: str
+
+
+@dataclass(frozen=True)
+class AuditItem:
+    instant: datetime
+    spec_indexes: tuple[int, ...]
+    outcome: Outcome
+    reason: str | None
+    occurrence_id: str | None = None
+    run_id: str | None = None
+    run_state: str | None = None
+    pause: Pause | None = None
+
+
+class AuditTooLarge(ValueError):
+    """More than ``MAX_AUDIT_INSTANTS`` instants in the range."""
+
+
+_NOT_RUN = frozenset({"skipped", "canceled"})
+
+
+def pauses(events: Sequence[ScheduleEvent]) -> list[Pause]:
+    """The intervals the schedule was paused, from its history in time order; a timed pause
+    ends at its ``until`` unless a resume comes first."""
+    found: list[Pause] = []
+    open_pause: ScheduleEvent | None = None
+    for event in sorted(events, key=lambda e: e.at):
+        if open_pause is not None and open_pause.until is not None and open_pause.until <= event.at:
+            found.append(Pause(open_pause.at, open_pause.until, open_pause.by))
+            open_pause = None
+        if event.kind is EventKind.PAUSED and open_pause is None:
+            open_pause = event
+        elif event.kind in (EventKind.RESUMED, EventKind.DELETED) and open_pause is not None:
+            found.append(Pause(open_pause.at, event.at, open_pause.by))
+            open_pause = None
+    if open_pause is not None:
+        found.append(Pause(open_pause.at, open_pause.until, open_pause.by))
+    return found
+
+
+def audit(
+    events: Sequence[ScheduleEvent],
+    rows: Sequence[AuditRow],
+    start: datetime,
+    end: datetime,
+    *,
+    decided_until: datetime,
+    ended: bool,
+) -> list[AuditItem]:
+    """Every instant in ``[start, end)`` the schedule's timing yielded while it held, with
+    what became of it. ``decided_until``: the cursor (generation decided every instant up
+    to it); ``ended``: the schedule reached its end, so nothing after the cursor comes."""
+    ordered = sorted(events, key=lambda e: e.at)
+    created = next((e for e in ordered if e.kind is EventKind.CREATED), None)
+    if created is None:
+        return []
+    deleted = next((e.at for e in ordered if e.kind is EventKind.DELETED), None)
+    spans = [e for e in ordered if e.timing is not None]
+    paused = pauses(ordered)
+    exact: dict[datetime, list[AuditRow]] = {}
+    ranges: list[AuditRow] = []
+    for row in rows:
+        if row.range_last is not None:
+            ranges.append(row)
+        else:
+            exact.setdefault(row.occurrence_at, []).append(row)
+    ranges.sort(key=lambda r: r.occurrence_at)
+    starts = [r.occurrence_at for r in ranges]
+    items: list[AuditItem] = []
+    for index, span in enumerate(spans):
+        assert span.timing is not None
+        held_until = spans[index + 1].at if index + 1 < len(spans) else None
+        # The first timing also answers for the instants before the schedule existed.
+        lower = start - _TICK if index == 0 else max(start - _TICK, span.at)
+        for item in span.timing.timeline(lower):
+            if item.at >= end or (held_until is not None and item.at > held_until):
+                break
+            if isinstance(item, PlannedSkip) and not span.timing.recorded(item):
+                continue
+            if len(items) >= MAX_AUDIT_INSTANTS:
+                raise AuditTooLarge(
+                    f"the range holds more than {MAX_AUDIT_INSTANTS} instants; ask for a "
+                    "shorter one"
+                )
+            items.append(
+                _decide(
+                    item, exact, ranges, starts, paused, created.at, deleted, decided_until, ended
+                )
+            )
+    return items
+
+
+def _decide(
+    item: PlannedFire | PlannedSkip,
+    exact: dict[datetime, list[AuditRow]],
+    ranges: list[AuditRow],
+    starts: list[datetime],
+    paused: list[Pause],
+    created_at: datetime,
+    deleted_at: datetime | None,
+    decided_until: datetime,
+    ended: bool,
+) -> AuditItem:
+    at, indexes = item.at, item.spec_indexes
+    found = exact.get(at)
+    if found:
+        # The live or finished row of an instant generated again wins over its history.
+        row = max(found, key=lambda r: (r.state not in _NOT_RUN, r.rerun))
+        outcome = Outcome.SKIPPED if row.state in _NOT_RUN else Outcome.FIRED
+        return AuditItem(
+            at, indexes, outcome, row.reason, row.occurrence_id, row.run_id, row.run_state
+        )
+    position = bisect.bisect_right(starts, at) - 1
+    if position >= 0:  # ranges never overlap: only the last one starting by ``at`` can cover it
+        covering = ranges[position]
+        if covering.range_last is not None and covering.range_last >= at:
+            return AuditItem(at, indexes, Outcome.SKIPPED, covering.reason, covering.occurrence_id)
+    if at <= created_at:
+        return AuditItem(at, indexes, Outcome.NOT_GENERATED, "before_creation")
+    if deleted_at is not None and at > deleted_at:
+        return AuditItem(at, indexes, Outcome.NOT_GENERATED, "deleted")
+    pause = next((p for p in paused if p.start < at and (p.end is None or at <= p.end)), None)
+    if pause is not None:
+        return AuditItem(at, indexes, Outcome.NOT_GENERATED, "paused", pause=pause)
+    if at > decided_until:
+        reason = "ended" if ended else "not_yet_decided"
+        return AuditItem(at, indexes, Outcome.NOT_GENERATED, reason)
+    return AuditItem(at, indexes, Outcome.MISSING, None)

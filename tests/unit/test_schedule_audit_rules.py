@@ -1,0 +1,92 @@
+"""The missed-run audit's rules (SPEC RS-10), pure: pauses from a schedule's history, the
+timing that held at each instant, and the order in which an instant is accounted for."""
+
+from __future__ import annotations
+
+from datetime import UTC, datetime, timedelta
+
+from punctual.domain.calendar_timeline import Timing
+from punctual.domain.recurrence import IntervalSpec
+from punctual.domain.schedule_audit import (
+    AuditRow,
+    EventKind,
+    Outcome,
+    Pause,
+    ScheduleEvent,
+    audit,
+    pauses,
+)
+
+T0 = datetime(2026, 12, 1, tzinfo=UTC)
+MINUTE = timedelta(minutes=1)
+EVERY_MINUTE = Timing((IntervalSpec(60_000, T0),))
+EVERY_TWO = Timing((IntervalSpec(120_000, T0),))
+
+
+def event(kind: EventKind, minute: float, **rest: object) -> ScheduleEvent:
+    return ScheduleEvent(kind, T0 + minute * MINUTE, "alice", **rest)  # type: ignore[arg-type]
+
+
+def row(minute: int, state: str = "dispatched", reason: str | None = None) -> AuditRow:
+    return AuditRow(f"occ_{minute}", T0 + minute * MINUTE, state, reason, None, None, None)
+
+
+def test_pauses_end_at_a_resume_a_deletion_or_their_own_end() -> None:
+    history = [
+        event(EventKind.CREATED, 0, timing=EVERY_MINUTE),
+        event(EventKind.PAUSED, 2),
+        event(EventKind.RESUMED, 4),
+        event(EventKind.PAUSED, 5, until=T0 + 7 * MINUTE),
+        event(EventKind.PAUSED, 9),
+        event(EventKind.DELETED, 11),
+    ]
+    assert pauses(history) == [
+        Pause(T0 + 2 * MINUTE, T0 + 4 * MINUTE, "alice"),
+        Pause(T0 + 5 * MINUTE, T0 + 7 * MINUTE, "alice"),
+        Pause(T0 + 9 * MINUTE, T0 + 11 * MINUTE, "alice"),
+    ]
+
+
+def test_each_instant_is_accounted_for_in_order_records_first() -> None:
+    history = [
+        event(EventKind.CREATED, 1.5, timing=EVERY_MINUTE),
+        event(EventKind.TIMING, 4, timing=EVERY_TWO),
+        event(EventKind.PAUSED, 8.5),
+    ]
+    rows = [
+        row(2),
+        row(3, "skipped", reason="overlap"),
+        AuditRow("occ_r", T0 + 4 * MINUTE, "skipped", "missed", T0 + 4 * MINUTE, None, None),
+        row(6),
+        row(8, "skipped", reason="too_late"),
+    ]
+    items = audit(history, rows, T0, T0 + 13 * MINUTE, decided_until=T0 + 9 * MINUTE, ended=False)
+    decided = [((i.instant - T0) // MINUTE, i.outcome.value, i.reason) for i in items]
+    assert decided == [
+        (0, "not_generated", "before_creation"),
+        (1, "not_generated", "before_creation"),
+        (2, "fired", None),
+        (3, "skipped", "overlap"),
+        (4, "skipped", "missed"),  # the old timing holds up to the change
+        (6, "fired", None),  # then every two minutes
+        (8, "skipped", "too_late"),
+        (10, "not_generated", "paused"),
+        (12, "not_generated", "paused"),
+    ]
+    assert items[-1].pause == Pause(T0 + 8.5 * MINUTE, None, "alice")
+
+
+def test_a_decided_instant_without_a_record_is_missing() -> None:
+    history = [event(EventKind.CREATED, 0, timing=EVERY_MINUTE)]
+    items = audit(
+        history, [row(1), row(3)], T0, T0 + 5 * MINUTE, decided_until=T0 + 3 * MINUTE, ended=False
+    )
+    assert [i.outcome for i in items] == [
+        Outcome.NOT_GENERATED,  # its first fire, as it was created
+        Outcome.FIRED,
+        Outcome.MISSING,
+        Outcome.FIRED,
+        Outcome.NOT_GENERATED,
+    ]
+    ended = audit(history, [row(1)], T0, T0 + 3 * MINUTE, decided_until=T0 + MINUTE, ended=True)
+    assert [i.reason for i in ended] == ["before_creation", None, "ended"]
