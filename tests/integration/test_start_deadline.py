@@ -150,6 +150,24 @@ def test_a_run_stuck_behind_a_busy_worker_past_its_deadline_never_begins(
         for run in runs:
             if run["started_at"] is not None:
                 assert run["started_at"] <= run["start_deadline_at"], run
+        # Follow-through tells the creator of each run that never began, as dispatch does.
+        while True:
+            with system.store.transaction() as tx:
+                told = [
+                    n
+                    for n in tx.notifications.find(
+                        "acme", "alice", unread_only=False, before_seq=None, limit=100
+                    )
+                    if n.kind == "start_failed" and n.details.get("code") == "too_late"
+                ]
+                found = [
+                    f for f in tx.findings.latest("acme", 100) if f.kind == "occurrence_failed"
+                ]
+            if told and found:
+                break
+            assert time.monotonic() < deadline, "no start_failed notification for too_late"
+            time.sleep(0.1)
+        assert told[0].schedule_id == sid and told[0].run_id is not None
     finally:
         system.close()
 

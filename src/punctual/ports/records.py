@@ -426,6 +426,8 @@ class EndedRun:
     created_at: datetime
     ended_at: datetime | None
     stage: int
+    error: dict[str, Any] | None = None
+    """How it failed, ``{"code", "message"}`` (``too_late``: it never began, RS-10)."""
 
 
 @dataclass(frozen=True)

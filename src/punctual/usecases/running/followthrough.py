@@ -23,6 +23,7 @@ from punctual.domain.followthrough import (
     policy_rules,
     regression_text,
 )
+from punctual.domain.runs import RunErrorCode
 from punctual.domain.schedules import Schedule
 from punctual.domain.timeutil import to_rfc3339
 from punctual.ports.events import Event
@@ -74,6 +75,10 @@ def follow_through(services: Services, limit: int = 200) -> FollowThroughReport:
             if verdict.status is FollowThroughStatus.REGRESSED and _live(schedule):
                 assert schedule is not None
                 notify(services, tx, _notice(schedule, run, verdict), schedule.created_by, now)
+                notified += 1
+            if _never_began_in_time(run) and _live(schedule):
+                assert schedule is not None
+                _too_late(services, tx, schedule, run, now)
                 notified += 1
         for run in overdue:
             verdict = Verdict(
@@ -196,6 +201,40 @@ def _record(run: EndedRun, verdict: Verdict, now: datetime) -> FollowThroughReco
         regressions=[r.as_dict() for r in verdict.regressions],
         recorded_at=now,
     )
+
+
+def _never_began_in_time(run: EndedRun) -> bool:
+    """The worker refused to begin its body after the start deadline (RS-10)."""
+    return run.error is not None and run.error.get("code") == RunErrorCode.TOO_LATE.value
+
+
+def _too_late(services: Services, tx: Tx, schedule: Schedule, run: EndedRun, now: datetime) -> None:
+    """As dispatch does for an occurrence past its deadline: a finding and a
+    ``start_failed`` notification, so a run that never began is not a silent cancel."""
+    assert run.error is not None
+    message = str(run.error.get("message") or "its start deadline passed")
+    tx.findings.raise_finding(
+        run.tenant,
+        "occurrence_failed",
+        run.occurrence_id,
+        "error",
+        f"occurrence {run.occurrence_id} of schedule {schedule.name} never began: {message}",
+        now,
+    )
+    event = NotificationEvent(
+        tenant=run.tenant,
+        kind="start_failed",
+        title=f"{schedule.name}: run {run.run_id} began too late to run",
+        text=(
+            f"Schedule {schedule.name}: the run {run.run_id} of the occurrence at "
+            f"{to_rfc3339(run.occurrence_at)} never began: its start deadline had passed"
+        ),
+        schedule_id=schedule.id,
+        occurrence_id=run.occurrence_id,
+        run_id=run.run_id,
+        details={"schedule_name": schedule.name, "code": "too_late", "message": message},
+    )
+    notify(services, tx, event, schedule.created_by, now)
 
 
 def _notice(schedule: Schedule, run: EndedRun, verdict: Verdict) -> NotificationEvent:

@@ -56,6 +56,7 @@ class SqlFollowThrough:
                 _r.schedule_id,
                 _r.state,
                 _r.result,
+                _r.error,
                 _r.created_at,
                 _r.ended_at,
                 _r.follow_up,
