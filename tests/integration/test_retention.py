@@ -268,12 +268,14 @@ def test_a_deleted_schedule_goes_with_its_status_once_its_history_went(rig: Rig)
     sweep(rig)
     assert schedule_id in ids(rig, t.schedules)
     assert rig.alice.list_occurrences(schedule_id)["items"], "history readable until retention"
+    assert schedule_id in ids(rig, t.schedule_events, "schedule_id"), "the audit's history"
 
     rig.advance(2)
     report = sweep(rig)
     assert report.removed[RecordKind.SCHEDULES] == 1
     assert schedule_id not in ids(rig, t.schedules)
     assert schedule_id not in ids(rig, t.schedule_status, "schedule_id")
+    assert schedule_id not in ids(rig, t.schedule_events, "schedule_id")
     assert not rig.occurrences(schedule_id)
 
 
@@ -282,6 +284,7 @@ def test_a_live_schedule_is_never_removed(rig: Rig) -> None:
     rig.advance(10 * KEEP)
     sweep(rig)
     assert schedule_id in ids(rig, t.schedules)
+    assert schedule_id in ids(rig, t.schedule_events, "schedule_id"), "nor its history"
 
 
 # --------------------------------------------------------------------------- the rest

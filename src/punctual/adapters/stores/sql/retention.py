@@ -327,7 +327,7 @@ _TABLES: dict[RecordKind, tuple[sa.Table, ...]] = {
     RecordKind.NOTIFICATIONS: (t.notifications,),
     RecordKind.WEBHOOK_DELIVERIES: (t.webhook_deliveries,),
     RecordKind.WEBHOOKS: (t.webhooks,),
-    RecordKind.SCHEDULES: (t.schedules, t.schedule_status, t.follow_throughs),
+    RecordKind.SCHEDULES: (t.schedules, t.schedule_status, t.follow_throughs, t.schedule_events),
     RecordKind.TOKENS: (t.tokens,),
     RecordKind.HOLDS: (t.holds,),
     RecordKind.AUDIT_ENTRIES: (t.audit_log,),
@@ -516,6 +516,10 @@ class SqlRetention:
             )
             self._conn.execute(
                 sa.delete(t.follow_throughs).where(t.follow_throughs.c.schedule_id.in_(ids))
+            )
+            # Its history goes with it: nothing is left for an audit to account for.
+            self._conn.execute(
+                sa.delete(t.schedule_events).where(t.schedule_events.c.schedule_id.in_(ids))
             )
         return {RecordKind.SCHEDULES: len(rows)}
 
