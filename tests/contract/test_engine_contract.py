@@ -19,6 +19,7 @@ into the store (WF-8), priority and task queue, and input kept out of Temporal h
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import dataclasses
 import threading
 import time
@@ -33,6 +34,7 @@ import sqlalchemy as sa
 
 from punctual import bootstrap
 from punctual.adapters.engines.local.engine import LocalEngine
+from punctual.adapters.engines.temporal.engine import OCCURRENCE_ATTRIBUTES
 from punctual.adapters.stores.sql import tables as t
 from punctual.adapters.stores.sql.store import SqlStore
 from punctual.domain.permissions import Principal, Role
@@ -731,3 +733,60 @@ def test_a_run_knows_the_occurrence_it_is(harness: Harness) -> None:
                 "previous_completed_run_id": previous,
             }
         }, run.result
+
+
+@pytest.mark.temporal
+@pytest.mark.parametrize("harness", ["temporal"], indirect=True)
+def test_a_schedules_run_carries_its_occurrence_as_search_attributes(harness: Harness) -> None:
+    """RS-10: in a namespace with punctual's search attributes registered, Temporal's own
+    queries find a schedule's runs by schedule, occurrence and instant; a one-off start
+    carries none."""
+    h = harness
+    assert h.temporal_address is not None
+    address = h.temporal_address
+
+    async def register(client: Any) -> None:
+        from temporalio.api.operatorservice.v1 import AddSearchAttributesRequest
+
+        await client.operator_service.add_search_attributes(
+            AddSearchAttributesRequest(
+                namespace="default", search_attributes=dict(OCCURRENCE_ATTRIBUTES)
+            )
+        )
+
+    with contextlib.suppress(Exception):  # registered already by an earlier run of this test
+        temporal_call(address, register)
+    one_off = h.wait(h.dispatch("whence", {}), finished)
+    body = {
+        "name": f"found-{uuid.uuid4().hex[:6]}",
+        "workflow": "whence",
+        "input": {"marks": str(h.marks)},
+        "spec": {"interval_ms": 1000},
+        "overlap": "allow_all",
+        "missed": "skip",
+    }
+    created = h.system.mutations.run(
+        None, schedules.create(h.services, ADMIN, decode_create(body))
+    ).body
+    occurrence_id, run_id = _next_occurrence_run(h, created["id"], [])
+    assert h.wait(run_id, finished).state is RunState.COMPLETED
+
+    async def found(client: Any) -> list[tuple[str, Any]]:
+        query = f"PunctualScheduleId = '{created['id']}'"
+        return [(e.id, e.typed_search_attributes) async for e in client.list_workflows(query)]
+
+    deadline = time.monotonic() + 20
+    while not (listed := temporal_call(address, found)):  # visibility lags a little
+        assert time.monotonic() < deadline, "the run is not found by its schedule"
+        time.sleep(0.2)
+    [(execution_id, attributes)] = listed
+    assert execution_id == run_id
+    values = {pair.key.name: pair.value for pair in attributes}
+    assert values["PunctualOccurrenceId"] == occurrence_id
+    assert values["PunctualOccurrenceAt"].tzinfo is not None
+
+    async def described(client: Any) -> Any:
+        return (await client.get_workflow_handle(one_off.id).describe()).typed_search_attributes
+
+    one_off_values = {pair.key.name for pair in temporal_call(address, described)}
+    assert not one_off_values & set(OCCURRENCE_ATTRIBUTES)

@@ -36,10 +36,18 @@ from dataclasses import dataclass, replace
 from datetime import UTC, datetime, timedelta
 from typing import Any, Literal, TypeVar
 
-from temporalio.api.enums.v1 import PendingActivityState
+from temporalio.api.enums.v1 import IndexedValueType, PendingActivityState
 from temporalio.api.history.v1 import HistoryEvent
+from temporalio.api.operatorservice.v1 import ListSearchAttributesRequest
 from temporalio.client import Client, WorkflowExecutionStatus
-from temporalio.common import Priority, WorkflowIDConflictPolicy, WorkflowIDReusePolicy
+from temporalio.common import (
+    Priority,
+    SearchAttributeKey,
+    SearchAttributePair,
+    TypedSearchAttributes,
+    WorkflowIDConflictPolicy,
+    WorkflowIDReusePolicy,
+)
 from temporalio.exceptions import ApplicationError, TemporalError, WorkflowAlreadyStartedError
 from temporalio.service import RetryConfig, RPCError, RPCStatusCode
 
@@ -194,6 +202,9 @@ class TemporalEngine:
         self._client: Client | None = None
         self._connect_lock: asyncio.Lock | None = None
         self._closed = False
+        self._indexed: tuple[float, frozenset[str]] = (-math.inf, frozenset())
+        """When the namespace's search attributes were last read, and which of punctual's
+        it has (RS-10): a namespace that registers them later is read again."""
 
     # ---- the Engine port ---------------------------------------------------------------
 
@@ -399,8 +410,32 @@ class TemporalEngine:
             static_summary=(
                 f"{order.workflow} v{order.definition_version} for tenant {order.tenant}"
             ),
+            search_attributes=_occurrence_attributes(order, await self._indexed_names(client)),
             rpc_timeout=self._rpc_timeout,
         )
+
+    async def _indexed_names(self, client: Client) -> frozenset[str]:
+        """Which of ``OCCURRENCE_ATTRIBUTES`` the namespace has registered, with the type
+        punctual writes; read at most every ``_ATTRIBUTES_REREAD_SECONDS``. A namespace
+        that cannot be asked (no operator service) gets none: the run starts as before."""
+        read_at, names = self._indexed
+        if time.monotonic() - read_at < _ATTRIBUTES_REREAD_SECONDS:
+            return names
+        try:
+            listed = await client.operator_service.list_search_attributes(
+                ListSearchAttributesRequest(namespace=self.options.namespace),
+                timeout=self._rpc_timeout,
+            )
+            names = frozenset(
+                name
+                for name, kind in listed.custom_attributes.items()
+                if OCCURRENCE_ATTRIBUTES.get(name) == kind
+            )
+        except RPCError as exc:
+            log.info("event=temporal_search_attributes_unread error_type=%s", type(exc).__name__)
+            names = frozenset()
+        self._indexed = (time.monotonic(), names)
+        return names
 
     async def _observe_alone(self, client: Client, run_id: str) -> Observation | None:
         try:
@@ -546,3 +581,34 @@ def _failure(failure: BaseException) -> tuple[ObservedState, dict[str, Any]]:
     if isinstance(detail, dict):
         return state, coded_error(code, {str(key): value for key, value in detail.items()})
     return state, coded_error(code, {"type": failure.type or "ApplicationError"}, failure.message)
+
+
+OCCURRENCE_ATTRIBUTES: Mapping[str, int] = {
+    "PunctualScheduleId": IndexedValueType.INDEXED_VALUE_TYPE_KEYWORD,
+    "PunctualOccurrenceId": IndexedValueType.INDEXED_VALUE_TYPE_KEYWORD,
+    "PunctualOccurrenceAt": IndexedValueType.INDEXED_VALUE_TYPE_DATETIME,
+}
+"""Search attributes a schedule's run carries when its namespace has them registered, so
+Temporal's own tools find a schedule's runs (RS-10, docs/temporal.md)."""
+_ATTRIBUTES_REREAD_SECONDS = 300.0
+
+
+def _occurrence_attributes(order: RunOrder, indexed: frozenset[str]) -> TypedSearchAttributes:
+    """The registered ones of ``OCCURRENCE_ATTRIBUTES`` for a schedule's run; none for a
+    one-off start."""
+    origin = order.origin
+    if origin.get("source") != "schedule" or not indexed:
+        return TypedSearchAttributes.empty
+    pairs: list[SearchAttributePair[Any]] = []
+    if "PunctualScheduleId" in indexed:
+        key = SearchAttributeKey.for_keyword("PunctualScheduleId")
+        pairs.append(SearchAttributePair(key, str(origin["schedule_id"])))
+    if "PunctualOccurrenceId" in indexed:
+        key = SearchAttributeKey.for_keyword("PunctualOccurrenceId")
+        pairs.append(SearchAttributePair(key, str(origin["id"])))
+    if "PunctualOccurrenceAt" in indexed:
+        at = datetime.fromisoformat(str(origin["occurrence_at"]).replace("Z", "+00:00"))
+        pairs.append(
+            SearchAttributePair(SearchAttributeKey.for_datetime("PunctualOccurrenceAt"), at)
+        )
+    return TypedSearchAttributes(pairs)
