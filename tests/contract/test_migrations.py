@@ -27,8 +27,16 @@ from alembic.runtime.migration import MigrationContext
 from punctual.adapters.stores.sql import migrate
 from punctual.adapters.stores.sql.store import SqlStore
 from punctual.adapters.stores.sql.tables import metadata
+from punctual.domain.ids import new_id
+from punctual.domain.recurrence import IntervalSpec
+from punctual.domain.schedules import (
+    MissedPolicy,
+    OverlapPolicy,
+    SchedulePolicy,
+    ScheduleSettings,
+)
 from punctual.errors import ConfigurationError
-from punctual.ports.records import EndedStatus
+from punctual.ports.records import EncryptedInput, EndedStatus, NewSchedule
 from tests.conftest import IN_CI, PG_SERVER, _pg_reachable
 
 NEXT_REVISION = '''"""a later release's migration (test only)"""
@@ -747,3 +755,47 @@ def test_0016_names_each_deliverys_subjects_from_its_payload(empty_store: SqlSto
         ("dlv_test", None, None, None),
     ]
     assert _differences(empty_store) == []
+
+
+def test_0022_begins_the_history_of_existing_schedules_at_their_cursor(
+    empty_store: SqlStore,
+) -> None:
+    """Schedules made before 0022 get ``history_began`` (and ``paused`` when paused), so
+    their audit answers ``before_history`` for the past, never ``missing``."""
+    migrate.upgrade(empty_store)
+    live, paused = _schedule(empty_store, True), _schedule(empty_store, False)
+    with empty_store.engine.begin() as conn:
+        conn.info["readonly"] = False
+        command.downgrade(migrate._config(conn), "0021")
+    migrate.upgrade(empty_store)
+    with empty_store.engine.connect() as conn:
+        rows = conn.execute(
+            sa.text("SELECT schedule_id, kind, by FROM schedule_events ORDER BY schedule_id, kind")
+        ).all()
+    assert sorted(tuple(row) for row in rows) == sorted(
+        [
+            (live, "history_began", "punctual"),
+            (paused, "history_began", "punctual"),
+            (paused, "paused", "punctual"),
+        ]
+    )
+    assert _differences(empty_store) == []
+
+
+def _schedule(store: SqlStore, enabled: bool) -> str:
+    """A schedule as the store inserts it (the seed reads only its row)."""
+    at = datetime(2026, 12, 1, tzinfo=UTC)
+    schedule_id = new_id("sch")
+    settings = ScheduleSettings(
+        name=f"made-before-{schedule_id}",
+        workflow="report",
+        specs=(IntervalSpec(3_600_000, at),),
+        policy=SchedulePolicy(OverlapPolicy.ALLOW_ALL, MissedPolicy.SKIP),
+        enabled=enabled,
+    )
+    new = NewSchedule(
+        schedule_id, "acme", settings, EncryptedInput("k1", b"x"), None, "alice", at, at
+    )
+    with store.transaction() as tx:
+        tx.schedules.insert(new, at)
+    return schedule_id

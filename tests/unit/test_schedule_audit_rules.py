@@ -60,7 +60,15 @@ def test_each_instant_is_accounted_for_in_order_records_first() -> None:
         row(6),
         row(8, "skipped", reason="too_late"),
     ]
-    items = audit(history, rows, T0, T0 + 13 * MINUTE, decided_until=T0 + 9 * MINUTE, ended=False)
+    items = audit(
+        history,
+        rows,
+        T0,
+        T0 + 13 * MINUTE,
+        decided_until=T0 + 9 * MINUTE,
+        ended=False,
+        timing=EVERY_TWO,
+    )
     decided = [((i.instant - T0) // MINUTE, i.outcome.value, i.reason) for i in items]
     assert decided == [
         (0, "not_generated", "before_creation"),
@@ -79,7 +87,13 @@ def test_each_instant_is_accounted_for_in_order_records_first() -> None:
 def test_a_decided_instant_without_a_record_is_missing() -> None:
     history = [event(EventKind.CREATED, 0, timing=EVERY_MINUTE)]
     items = audit(
-        history, [row(1), row(3)], T0, T0 + 5 * MINUTE, decided_until=T0 + 3 * MINUTE, ended=False
+        history,
+        [row(1), row(3)],
+        T0,
+        T0 + 5 * MINUTE,
+        decided_until=T0 + 3 * MINUTE,
+        ended=False,
+        timing=EVERY_MINUTE,
     )
     assert [i.outcome for i in items] == [
         Outcome.NOT_GENERATED,  # its first fire, as it was created
@@ -88,5 +102,43 @@ def test_a_decided_instant_without_a_record_is_missing() -> None:
         Outcome.FIRED,
         Outcome.NOT_GENERATED,
     ]
-    ended = audit(history, [row(1)], T0, T0 + 3 * MINUTE, decided_until=T0 + MINUTE, ended=True)
+    ended = audit(
+        history,
+        [row(1)],
+        T0,
+        T0 + 3 * MINUTE,
+        decided_until=T0 + MINUTE,
+        ended=True,
+        timing=EVERY_MINUTE,
+    )
     assert [i.reason for i in ended] == ["before_creation", None, "ended"]
+
+
+def test_a_history_that_began_after_the_schedule_was_made_never_calls_the_past_missing() -> None:
+    """A schedule made before its history was kept: its rows still answer for the past;
+    an instant before the history with none is ``before_history``. Its first change
+    tells what held before it."""
+    history = [
+        event(EventKind.HISTORY_BEGAN, 3),
+        event(EventKind.TIMING, 6, timing=EVERY_TWO, previous=EVERY_MINUTE),
+    ]
+    items = audit(
+        history,
+        [row(2), row(5)],
+        T0,
+        T0 + 9 * MINUTE,
+        decided_until=T0 + 8 * MINUTE,
+        ended=False,
+        timing=EVERY_TWO,
+    )
+    decided = [((i.instant - T0) // MINUTE, i.outcome.value, i.reason) for i in items]
+    assert decided == [
+        (0, "not_generated", "before_history"),
+        (1, "not_generated", "before_history"),
+        (2, "fired", None),
+        (3, "not_generated", "before_history"),
+        (4, "missing", None),  # every minute held up to the change: 4 had to be decided
+        (5, "fired", None),
+        (6, "missing", None),
+        (8, "missing", None),  # then every two minutes
+    ]

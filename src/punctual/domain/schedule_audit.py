@@ -20,7 +20,7 @@ from __future__ import annotations
 
 import bisect
 from collections.abc import Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from datetime import datetime, timedelta
 from enum import StrEnum
 
@@ -33,6 +33,8 @@ _TICK = timedelta(microseconds=1)
 class EventKind(StrEnum):
     CREATED = "created"
     """The schedule began, with its timing."""
+    HISTORY_BEGAN = "history_began"
+    """The history of a schedule made before it was kept begins (at its cursor then)."""
     TIMING = "timing"
     """Its specs or calendar changed: the new timing holds after ``at``."""
     PAUSED = "paused"
@@ -50,6 +52,8 @@ class ScheduleEvent:
     by: str
     timing: Timing | None = None
     """For ``created`` and ``timing``."""
+    previous: Timing | None = None
+    """For ``timing``: the one it replaced (what held before a history's first change)."""
     until: datetime | None = None
     """For a timed pause: when it ends by itself."""
 
@@ -130,16 +134,25 @@ def audit(
     *,
     decided_until: datetime,
     ended: bool,
+    timing: Timing,
 ) -> list[AuditItem]:
     """Every instant in ``[start, end)`` the schedule's timing yielded while it held, with
     what became of it. ``decided_until``: the cursor (generation decided every instant up
-    to it); ``ended``: the schedule reached its end, so nothing after the cursor comes."""
+    to it); ``ended``: the schedule reached its end, so nothing after the cursor comes;
+    ``timing``: the schedule's own, which holds until the first change its history
+    records (for a history that began after it was made, the best knowledge there is)."""
     ordered = sorted(events, key=lambda e: e.at)
-    created = next((e for e in ordered if e.kind is EventKind.CREATED), None)
+    beginnings = (EventKind.CREATED, EventKind.HISTORY_BEGAN)
+    created = next((e for e in ordered if e.kind in beginnings), None)
     if created is None:
         return []
     deleted = next((e.at for e in ordered if e.kind is EventKind.DELETED), None)
     spans = [e for e in ordered if e.timing is not None]
+    if not spans or spans[0].kind is not EventKind.CREATED:
+        # A history that began after the schedule was made: what held before its first
+        # change is the timing that change replaced, or, without one, the schedule's own.
+        held = spans[0].previous if spans and spans[0].previous is not None else timing
+        spans.insert(0, ScheduleEvent(created.kind, created.at, created.by, timing=held))
     paused = pauses(ordered)
     exact: dict[datetime, list[AuditRow]] = {}
     ranges: list[AuditRow] = []
@@ -166,11 +179,12 @@ def audit(
                     f"the range holds more than {MAX_AUDIT_INSTANTS} instants; ask for a "
                     "shorter one"
                 )
-            items.append(
-                _decide(
-                    item, exact, ranges, starts, paused, created.at, deleted, decided_until, ended
-                )
+            decided = _decide(
+                item, exact, ranges, starts, paused, created.at, deleted, decided_until, ended
             )
+            if decided.reason == "before_creation" and created.kind is EventKind.HISTORY_BEGAN:
+                decided = replace(decided, reason="before_history")
+            items.append(decided)
     return items
 
 

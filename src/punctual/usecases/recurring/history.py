@@ -28,7 +28,11 @@ def changed(tx: Tx, before: Schedule, after: Schedule, now: datetime, by: str) -
     deletion."""
     events: list[ScheduleEvent] = []
     if after.timing != before.timing:
-        events.append(ScheduleEvent(EventKind.TIMING, after.cursor, by, timing=after.timing))
+        events.append(
+            ScheduleEvent(
+                EventKind.TIMING, after.cursor, by, timing=after.timing, previous=before.timing
+            )
+        )
     if after.deleted_at is not None and before.deleted_at is None:
         events.append(ScheduleEvent(EventKind.DELETED, now, by))
     elif before.enabled != after.enabled:

@@ -66,6 +66,7 @@ def audit_schedule(services: Services, principal: Principal, cmd: AuditSchedule)
             cmd.end,
             decided_until=schedule.cursor,
             ended=schedule.state is ScheduleState.ENDED,
+            timing=schedule.timing,
         )
     except AuditTooLarge as exc:
         raise InvalidRequest(

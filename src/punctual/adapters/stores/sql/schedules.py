@@ -69,6 +69,29 @@ def _with_status() -> sa.Select[Any]:
     )
 
 
+def _event_timing(event: ScheduleEvent) -> dict[str, Any] | None:
+    """An event's timing as JSON, the one it replaced under ``previous``."""
+    if event.timing is None:
+        return None
+    data = timing_to_json(event.timing)
+    if event.previous is not None:
+        data["previous"] = timing_to_json(event.previous)
+    return data
+
+
+def _event(row: RowMapping) -> ScheduleEvent:
+    data = row["timing"]
+    previous = data.get("previous") if data is not None else None
+    return ScheduleEvent(
+        EventKind(row["kind"]),
+        row["at"],
+        row["by"],
+        timing=timing_from_json(data) if data is not None else None,
+        until=row["until"],
+        previous=timing_from_json(previous) if previous is not None else None,
+    )
+
+
 def schedule_from_row(row: RowMapping) -> Schedule:
     window = row["catch_up_window_seconds"]
     return Schedule(
@@ -456,7 +479,7 @@ class SqlSchedules:
                 at=event.at,
                 kind=event.kind.value,
                 by=event.by[:200],
-                timing=timing_to_json(event.timing) if event.timing is not None else None,
+                timing=_event_timing(event),
                 until=event.until,
             )
         )
@@ -466,16 +489,7 @@ class SqlSchedules:
         query = (
             sa.select(t.schedule_events).where(e.schedule_id == schedule_id).order_by(e.at, e.id)
         )
-        return [
-            ScheduleEvent(
-                EventKind(row["kind"]),
-                row["at"],
-                row["by"],
-                timing_from_json(row["timing"]) if row["timing"] is not None else None,
-                row["until"],
-            )
-            for row in self._conn.execute(query).mappings()
-        ]
+        return [_event(row) for row in self._conn.execute(query).mappings()]
 
     def lock_for_dispatch(self, schedule_id: str) -> Schedule | None:
         """Serialize overlap decisions of one schedule across runners (RS-3)."""
