@@ -35,6 +35,7 @@ from punctual.domain.recurrence import (
     Fire,
     IntervalSpec,
     RecurrenceError,
+    iter_fires,
     iter_timeline,
     load_zone,
     resolve_wall_time,
@@ -376,6 +377,10 @@ class Timing:
         return (item for item in self.timeline(after) if isinstance(item, PlannedFire))
 
     def first_fire_after(self, after: datetime) -> PlannedFire | None:
+        plain = self.plain
+        if plain is not None:  # the hot path of every pass: no merge, no grouping
+            fire = next(iter_fires(plain, after), None)
+            return PlannedFire(fire, _FIRST) if fire is not None else None
         return next(self.fires(after), None)
 
     def recorded(self, skip: PlannedSkip) -> bool:
@@ -394,6 +399,9 @@ def _plain_timeline(
     spec: CronSpec | IntervalSpec, after: datetime
 ) -> Iterator[PlannedFire | PlannedSkip]:
     """One spec's items, one per instant: a fire absorbs a skip at its instant."""
+    if isinstance(spec, IntervalSpec):  # one fire per instant, and no DST skips
+        yield from (PlannedFire(each, _FIRST) for each in iter_fires(spec, after))
+        return
     for _, group in itertools.groupby(iter_timeline(spec, after), key=lambda item: item.at):
         fire: Fire | None = None
         skip: DstSkip | None = None
