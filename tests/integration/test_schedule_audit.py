@@ -5,6 +5,7 @@ The clock is moved by hand, a runner's passes once a minute."""
 
 from __future__ import annotations
 
+import time
 from collections import Counter
 from datetime import datetime, timedelta
 from typing import Any
@@ -15,6 +16,7 @@ import sqlalchemy as sa
 from punctual import resources
 from punctual.adapters.stores.sql import tables as t
 from punctual.domain.timeutil import to_rfc3339
+from punctual.errors import PunctualError
 from tests.integration.test_schedule_runtime import MINUTE, Rig, build_rig  # noqa: F401
 
 
@@ -145,3 +147,70 @@ def test_a_paused_schedule_says_so_and_an_edit_of_its_spec_keeps_the_old_instant
     ]
     assert minutes[5:] == [(8, "not_generated", "paused"), (10, "not_generated", "paused")]
     assert report.items[-1].pause is not None and report.items[-1].pause.end is None
+
+
+def outcomes(rig: Rig, schedule_id: str, start: datetime, end: datetime) -> Counter[Any]:
+    report = audited(rig, schedule_id, start, end)
+    return Counter((item.outcome, item.reason) for item in report.items)
+
+
+@pytest.mark.parametrize(
+    "bound",
+    [{"max_occurrences": 3}, {"end_at_minutes": 3.5}],
+    ids=["max_occurrences", "end_at"],
+)
+def test_an_ended_schedule_edited_later_has_no_missing(rig: Rig, bound: dict[str, Any]) -> None:
+    """It ended (its count, or its end), then its spec changed: the instants after its
+    end are ``ended``, those the edit passed over are recorded."""
+    t0 = rig.now.replace(second=0, microsecond=0)
+    rig.clock.current = t0
+    options: dict[str, Any] = {"starts_at": to_rfc3339(at_minute(t0, 1))}
+    if "max_occurrences" in bound:
+        options["max_occurrences"] = bound["max_occurrences"]
+    else:
+        options["end_at"] = to_rfc3339(t0 + timedelta(minutes=bound["end_at_minutes"]))
+    sid = rig.every("bounded", **options)["id"]
+    minute_passes(rig, 6)
+    view = rig.get(sid)
+    assert view["state"] == "ended"
+    new_spec = {"interval_ms": 120_000, "starts_at": to_rfc3339(at_minute(t0, 7))}
+    rig.edit(sid, view["version"], rig.alice, spec=new_spec)
+    found = outcomes(rig, sid, t0, at_minute(t0, 7))
+    assert found == Counter({("fired", None): 3, ("not_generated", "ended"): 3}), found
+
+
+def test_a_missed_stretch_over_closed_days_is_all_accounted_for(rig: Rig) -> None:
+    """The runner is down three days over a holiday: the missed fires are one range, the
+    holiday's instants ranges of their own inside it, and none is missing."""
+    t0 = rig.now.replace(hour=0, minute=0, second=0, microsecond=0)
+    rig.clock.current = t0
+    holiday = (t0 + timedelta(days=1)).date().isoformat()
+    sid = rig.every(
+        "hourly",
+        seconds=3600,
+        starts_at=to_rfc3339(t0 + timedelta(hours=1)),
+        missed="skip",
+        calendar={"weekend": [], "extra_holidays": [holiday]},
+    )["id"]
+    rig.advance(3 * 86_400 + 1800)
+    rig.generate()
+    found = outcomes(rig, sid, t0, rig.now)
+    assert found[("skipped", "calendar")] == 24
+    assert found[("skipped", "missed")] == 48
+    assert not [key for key in found if key[0] == "missing"], found
+
+
+def test_a_calendar_that_closes_every_instant_of_the_specs_is_refused_at_once(rig: Rig) -> None:
+    started = time.monotonic()
+    with pytest.raises(PunctualError) as refused:
+        rig.alice.put_schedule_by_name(
+            "saturdays",
+            workflow="echo",
+            input={"message": "x"},
+            spec={"cron": "0 9 * * 6"},
+            calendar={"weekend": ["sat", "sun"]},
+            overlap="skip",
+            missed="skip",
+        )
+    assert refused.value.code == "calendar_never_open"
+    assert time.monotonic() - started < 10

@@ -142,3 +142,44 @@ def test_a_history_that_began_after_the_schedule_was_made_never_calls_the_past_m
         (6, "missing", None),
         (8, "missing", None),  # then every two minutes
     ]
+
+
+def test_a_pause_renewed_while_it_holds_lasts_as_the_later_one_says() -> None:
+    history = [
+        event(EventKind.CREATED, 0, timing=EVERY_MINUTE),
+        event(EventKind.PAUSED, 2, until=T0 + 5 * MINUTE),
+        event(EventKind.PAUSED, 3, until=T0 + 30 * MINUTE),  # extended
+        event(EventKind.PAUSED, 40, until=T0 + 45 * MINUTE),
+        ScheduleEvent(EventKind.PAUSED, T0 + 42 * MINUTE, "punctual"),  # auto-disabled
+    ]
+    assert pauses(history) == [
+        Pause(T0 + 2 * MINUTE, T0 + 30 * MINUTE, "alice"),
+        Pause(T0 + 40 * MINUTE, None, "alice"),
+    ]
+
+
+def test_skipped_ranges_nest_and_the_innermost_names_the_reason() -> None:
+    """A closed day recorded inside a missed stretch: every instant of the stretch is
+    skipped (none missing), the closed day's with its own reason."""
+    history = [event(EventKind.CREATED, 0, timing=EVERY_MINUTE)]
+    missed = AuditRow("occ_m", T0 + MINUTE, "skipped", "missed", T0 + 8 * MINUTE, None, None)
+    closed = AuditRow("occ_c", T0 + 3 * MINUTE, "skipped", "calendar", T0 + 4 * MINUTE, None, None)
+    items = audit(
+        history,
+        [missed, closed],
+        T0,
+        T0 + 9 * MINUTE,
+        decided_until=T0 + 8 * MINUTE,
+        ended=False,
+        timing=EVERY_MINUTE,
+    )
+    assert [(i.outcome.value, i.reason) for i in items[1:]] == [
+        ("skipped", "missed"),
+        ("skipped", "missed"),
+        ("skipped", "calendar"),
+        ("skipped", "calendar"),
+        ("skipped", "missed"),
+        ("skipped", "missed"),
+        ("skipped", "missed"),
+        ("skipped", "missed"),
+    ]

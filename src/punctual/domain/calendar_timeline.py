@@ -59,6 +59,9 @@ __all__ = [
 MAX_BUSINESS_DAY = 23
 """No month has more business days than this (31 days less at least 4 weekend days)."""
 MAX_SPECS = 10
+FIRE_SEARCH_ITEMS = 50_000
+"""A timing whose next fire is further than this many skipped instants away is taken
+to fire no more (a weekly cron on a closed weekday; refused when it is set)."""
 _MAX_BARREN_MONTHS = 120
 """A business-day walk that finds no fire for ten years ends: none will come."""
 _PREVIEW_HORIZON = timedelta(days=366 * 50)
@@ -381,7 +384,8 @@ class Timing:
         if plain is not None:  # the hot path of every pass: no merge, no grouping
             fire = next(iter_fires(plain, after), None)
             return PlannedFire(fire, _FIRST) if fire is not None else None
-        return next(self.fires(after), None)
+        walked = itertools.islice(self.timeline(after), FIRE_SEARCH_ITEMS)
+        return next((item for item in walked if isinstance(item, PlannedFire)), None)
 
     def recorded(self, skip: PlannedSkip) -> bool:
         """A closed day is always a decision worth recording; a DST gap only where a spec

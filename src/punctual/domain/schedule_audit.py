@@ -116,8 +116,12 @@ def pauses(events: Sequence[ScheduleEvent]) -> list[Pause]:
         if open_pause is not None and open_pause.until is not None and open_pause.until <= event.at:
             found.append(Pause(open_pause.at, open_pause.until, open_pause.by))
             open_pause = None
-        if event.kind is EventKind.PAUSED and open_pause is None:
-            open_pause = event
+        if event.kind is EventKind.PAUSED:
+            if open_pause is None:
+                open_pause = event
+            else:  # paused again while paused (a new timed pause, an auto-disable): it
+                # lasts as the later pause says, from when the first began
+                open_pause = replace(event, at=open_pause.at, by=open_pause.by)
         elif event.kind in (EventKind.RESUMED, EventKind.DELETED) and open_pause is not None:
             found.append(Pause(open_pause.at, event.at, open_pause.by))
             open_pause = None
@@ -135,12 +139,15 @@ def audit(
     decided_until: datetime,
     ended: bool,
     timing: Timing,
+    ends_after: datetime | None = None,
 ) -> list[AuditItem]:
     """Every instant in ``[start, end)`` the schedule's timing yielded while it held, with
     what became of it. ``decided_until``: the cursor (generation decided every instant up
     to it); ``ended``: the schedule reached its end, so nothing after the cursor comes;
     ``timing``: the schedule's own, which holds until the first change its history
-    records (for a history that began after it was made, the best knowledge there is)."""
+    records (for a history that began after it was made, the best knowledge there is);
+    ``ends_after``: its ``end_at``, or its last fire once ``max_occurrences`` is reached:
+    nothing after it is the schedule's."""
     ordered = sorted(events, key=lambda e: e.at)
     beginnings = (EventKind.CREATED, EventKind.HISTORY_BEGAN)
     created = next((e for e in ordered if e.kind in beginnings), None)
@@ -163,6 +170,10 @@ def audit(
             exact.setdefault(row.occurrence_at, []).append(row)
     ranges.sort(key=lambda r: r.occurrence_at)
     starts = [r.occurrence_at for r in ranges]
+    reach: list[datetime] = []  # the furthest any range up to each one reaches
+    for covering in ranges:
+        assert covering.range_last is not None
+        reach.append(max(reach[-1], covering.range_last) if reach else covering.range_last)
     items: list[AuditItem] = []
     for index, span in enumerate(spans):
         assert span.timing is not None
@@ -180,7 +191,15 @@ def audit(
                     "shorter one"
                 )
             decided = _decide(
-                item, exact, ranges, starts, paused, created.at, deleted, decided_until, ended
+                item,
+                exact,
+                _Ranges(ranges, starts, reach),
+                paused,
+                created.at,
+                deleted,
+                decided_until,
+                ended,
+                ends_after,
             )
             if decided.reason == "before_creation" and created.kind is EventKind.HISTORY_BEGAN:
                 decided = replace(decided, reason="before_history")
@@ -188,16 +207,39 @@ def audit(
     return items
 
 
+@dataclass(frozen=True)
+class _Ranges:
+    """Skipped ranges by their first instant. They nest (a closed day's range inside a
+    missed stretch's), so ``reach`` says whether any range up to one still covers."""
+
+    rows: list[AuditRow]
+    starts: list[datetime]
+    reach: list[datetime]
+
+    def covering(self, at: datetime) -> AuditRow | None:
+        """The innermost range covering ``at`` (the latest to start): its reason is the
+        most particular."""
+        index = bisect.bisect_right(self.starts, at) - 1
+        if index < 0 or self.reach[index] < at:
+            return None
+        while True:
+            row = self.rows[index]
+            assert row.range_last is not None
+            if row.range_last >= at:
+                return row
+            index -= 1
+
+
 def _decide(
     item: PlannedFire | PlannedSkip,
     exact: dict[datetime, list[AuditRow]],
-    ranges: list[AuditRow],
-    starts: list[datetime],
+    ranges: _Ranges,
     paused: list[Pause],
     created_at: datetime,
     deleted_at: datetime | None,
     decided_until: datetime,
     ended: bool,
+    ends_after: datetime | None,
 ) -> AuditItem:
     at, indexes = item.at, item.spec_indexes
     found = exact.get(at)
@@ -208,15 +250,15 @@ def _decide(
         return AuditItem(
             at, indexes, outcome, row.reason, row.occurrence_id, row.run_id, row.run_state
         )
-    position = bisect.bisect_right(starts, at) - 1
-    if position >= 0:  # ranges never overlap: only the last one starting by ``at`` can cover it
-        covering = ranges[position]
-        if covering.range_last is not None and covering.range_last >= at:
-            return AuditItem(at, indexes, Outcome.SKIPPED, covering.reason, covering.occurrence_id)
+    covering = ranges.covering(at)
+    if covering is not None:
+        return AuditItem(at, indexes, Outcome.SKIPPED, covering.reason, covering.occurrence_id)
     if at <= created_at:
         return AuditItem(at, indexes, Outcome.NOT_GENERATED, "before_creation")
     if deleted_at is not None and at > deleted_at:
         return AuditItem(at, indexes, Outcome.NOT_GENERATED, "deleted")
+    if ends_after is not None and at > ends_after:
+        return AuditItem(at, indexes, Outcome.NOT_GENERATED, "ended")
     pause = next((p for p in paused if p.start < at and (p.end is None or at <= p.end)), None)
     if pause is not None:
         return AuditItem(at, indexes, Outcome.NOT_GENERATED, "paused", pause=pause)

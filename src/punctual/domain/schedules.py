@@ -398,19 +398,30 @@ class _Skips:
 
     def between(self, timing: Timing, after: datetime, until: datetime) -> datetime | None:
         """Add the recorded skips in ``(after, until]`` (fires in it are decided apart);
-        the instant of the last item walked, or None."""
+        the instant of the last skip walked, or None: never a fire's, which is not
+        decided here."""
         if not timing.records_skips:
             return None
         walked: datetime | None = None
         for item in timing.timeline(after):
             if item.at > until:
                 break
-            walked = item.at
             if isinstance(item, PlannedSkip):
+                walked = item.at
                 self.add(timing, item)
             else:
                 self.fire()
         return walked
+
+
+def recorded_skips(
+    timing: Timing, after: datetime, until: datetime
+) -> tuple[list[DstSkip], list[SkippedRange]]:
+    """The DST and calendar skips in ``(after, until]`` as generation records them (an
+    edit records those of the timing it replaces, as it records its fires)."""
+    skips = _Skips()
+    skips.between(timing, after, until)
+    return skips.dst, skips.calendar
 
 
 def plan_occurrences(
@@ -479,6 +490,8 @@ def plan_occurrences(
         )
 
     while True:
+        if left == 0:  # max_occurrences reached: nothing after is decided, not even skips
+            return planned(None, True)
         # Fires inside a blackout, from the cursor on: one range up to its end or the
         # horizon. Past the horizon the schedule waits for the blackout's end.
         first = timing.first_fire_after(cursor)

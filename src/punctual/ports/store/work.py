@@ -71,6 +71,10 @@ class Starts(Protocol):
     def count_pending_of_workflow(self, workflow: str) -> int:
         """Pending starts of ``workflow`` across all tenants (definitions are host-global)."""
 
+    def last_decided(self, schedule_id: str) -> datetime | None:
+        """The latest instant a row of the schedule's own fires covers (not a trigger's
+        or a backfill's): where it ended once ``max_occurrences`` was reached."""
+
     def audit_rows(self, schedule_id: str, start: datetime, end: datetime) -> list[AuditRow]:
         """The schedule's rows deciding an instant in ``[start, end)``: occurrences there,
         and skipped ranges reaching into it, each with its run's state once it has one."""

@@ -18,8 +18,15 @@ PUNCTUAL = "punctual"
 
 
 def created(tx: Tx, schedule: Schedule, by: str) -> None:
-    event = ScheduleEvent(EventKind.CREATED, schedule.cursor, by, timing=schedule.timing)
-    tx.schedules.record_event(schedule.tenant, schedule.id, event)
+    """Its beginning, and its pause when it was made paused (or paused until a time)."""
+    at = schedule.cursor
+    events = [ScheduleEvent(EventKind.CREATED, at, by, timing=schedule.timing)]
+    if not schedule.enabled:
+        events.append(ScheduleEvent(EventKind.PAUSED, at, by))
+    elif schedule.paused_at(at):
+        events.append(ScheduleEvent(EventKind.PAUSED, at, by, until=schedule.pause_until))
+    for event in events:
+        tx.schedules.record_event(schedule.tenant, schedule.id, event)
 
 
 def changed(tx: Tx, before: Schedule, after: Schedule, now: datetime, by: str) -> None:

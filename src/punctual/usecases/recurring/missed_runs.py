@@ -58,6 +58,10 @@ def audit_schedule(services: Services, principal: Principal, cmd: AuditSchedule)
             raise not_found("schedule", cmd.schedule_id)
         events = tx.schedules.events(schedule.id)
         rows = tx.starts.audit_rows(schedule.id, cmd.start, cmd.end)
+        ends_after = schedule.end_at
+        if schedule.remaining_occurrences == 0:
+            last = tx.starts.last_decided(schedule.id)
+            ends_after = last if ends_after is None or last is None else min(ends_after, last)
     try:
         items = audit(
             events,
@@ -67,6 +71,7 @@ def audit_schedule(services: Services, principal: Principal, cmd: AuditSchedule)
             decided_until=schedule.cursor,
             ended=schedule.state is ScheduleState.ENDED,
             timing=schedule.timing,
+            ends_after=ends_after,
         )
     except AuditTooLarge as exc:
         raise InvalidRequest(

@@ -191,9 +191,16 @@ def check_timing(timing: Timing, now: datetime) -> None:
     """Walk the timing once: what only specs and calendar together can refuse is
     refused by name now, not at the first generation pass."""
     try:
-        next(timing.timeline(now), None)
+        fires = timing.first_fire_after(now) is not None
     except RecurrenceError as exc:
         raise _refusal(exc, "specs" if len(timing.specs) > 1 else "spec") from exc
+    if not fires and timing.calendar is not None:
+        raise InvalidRequest(
+            "with this calendar the schedule never fires: every instant its specs name falls "
+            "on a closed day (open a day they name, or change on_closed_day)",
+            code="calendar_never_open",
+            year=None,
+        )
 
 
 def decode_timing(body: Mapping[str, Any], now: datetime) -> Timing:

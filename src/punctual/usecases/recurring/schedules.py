@@ -22,6 +22,7 @@ from punctual.domain.schedules import (
     has_ended,
     next_bounded_fire,
     preview_timing,
+    recorded_skips,
     remaining_occurrences,
     skipped_range,
 )
@@ -40,7 +41,7 @@ from punctual.usecases.kernel.projections import (
     preview_skip_view,
 )
 from punctual.usecases.recurring import history
-from punctual.usecases.recurring.occurrence_rows import skipped_range_row
+from punctual.usecases.recurring.occurrence_rows import dst_gap_row, skipped_range_row
 from punctual.usecases.recurring.schedule_fields import (
     INPUT,
     REVISING,
@@ -176,9 +177,27 @@ def _dropped_by_edit(schedule: Schedule, now: datetime) -> SkippedRange | None:
     )
 
 
-def _record_dropped(tx: Tx, schedule: Schedule, dropped: SkippedRange, now: datetime) -> None:
-    row = skipped_range_row(schedule, tx.schedules.input_of(schedule.id), dropped)
-    tx.starts.insert_occurrences([row], now)
+def _record_dropped(
+    tx: Tx, schedule: Schedule, dropped: SkippedRange | None, now: datetime
+) -> None:
+    """The old timing's fires the edit dropped, and the closed days and DST gaps of the
+    same stretch, recorded as generation would have (the audit finds each decided)."""
+    if schedule.cursor >= now:
+        return
+    until = now if schedule.end_at is None else min(now, schedule.end_at)
+    left = schedule.remaining_occurrences
+    if left == 0:
+        return  # it had ended: nothing after its last fire is the schedule's
+    if dropped is not None and left is not None and dropped.count >= left:
+        until = dropped.last  # its last fire: it ends there
+    dst, closed = recorded_skips(schedule.timing, schedule.cursor, until)
+    sealed = tx.schedules.input_of(schedule.id)
+    rows = [
+        skipped_range_row(schedule, sealed, r) for r in [*([dropped] if dropped else []), *closed]
+    ]
+    rows += [dst_gap_row(schedule, sealed, skip) for skip in dst]
+    if rows:
+        tx.starts.insert_occurrences(rows, now)
 
 
 @dataclass(frozen=True)
@@ -303,7 +322,7 @@ def decide_update(
 
 
 def apply_update(tx: Tx, plan: UpdatePlan, now: datetime) -> Schedule:
-    if plan.dropped is not None:
+    if TIMING_SETTINGS & set(plan.changes):
         _record_dropped(tx, plan.schedule, plan.dropped, now)
     return _changed(tx, plan.schedule, now, plan.by, **plan.changes)
 

@@ -405,10 +405,17 @@ class SqlStarts:
         query = sa.select(sa.func.count()).where(_s.workflow == workflow, _s.state.in_(_PENDING))
         return int(self._conn.execute(query).scalar_one())
 
+    def last_decided(self, schedule_id: str) -> datetime | None:
+        query = sa.select(sa.func.max(sa.func.coalesce(_s.range_last, _s.occurrence_at))).where(
+            _s.schedule_id == schedule_id,
+            sa.or_(_s.origin.is_(None), _s.origin == OccurrenceOrigin.SCHEDULE.value),
+        )
+        value: datetime | None = self._conn.execute(query).scalar_one_or_none()
+        return value
+
     def audit_rows(self, schedule_id: str, start: datetime, end: datetime) -> list[AuditRow]:
         # Occurrences in the range, and the ranges that start before it and reach into it
-        # (walked back on the (schedule_id, occurrence_at, rerun) key: a range never
-        # overlaps another, so the last one that starts before ``start`` is enough).
+        # (on the partial index of ranges: a schedule's ranges, not its whole history).
         r = t.runs.c
         columns = (
             _s.id,
@@ -431,11 +438,10 @@ class SqlStarts:
             .select_from(joined)
             .where(
                 _s.schedule_id == schedule_id,
-                _s.occurrence_at < start,
                 _s.range_last.is_not(None),
+                _s.range_last >= start,
+                _s.occurrence_at < start,
             )
-            .order_by(_s.occurrence_at.desc())
-            .limit(1)
         )
         rows = [*self._conn.execute(inside).mappings(), *self._conn.execute(before).mappings()]
         return [

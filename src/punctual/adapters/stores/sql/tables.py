@@ -186,6 +186,8 @@ starts = sa.Table(
     # The idle runner's look for expired claims, and the release of buffered occurrences:
     # both touch only a handful of rows however large the table grows.
     _partial_index("ix_starts_claim_lease", "lease_until", where="state = 'dispatching'"),
+    # A schedule's skipped ranges, for the audit's ranges that reach into its range (RS-10).
+    _partial_index("ix_starts_ranges", "schedule_id", "range_last", where="range_last IS NOT NULL"),
     _partial_index("ix_starts_buffered", "schedule_id", where="state = 'buffered'"),
     sa.Index(None, "tenant", "seq"),
     sa.Index(None, "tenant", "business_request_id"),

@@ -43,6 +43,14 @@ def upgrade() -> None:
         sa.Column("until", column_types.UTCDateTime(), nullable=True),
     )
     op.create_index("ix_schedule_events_schedule", "schedule_events", ["schedule_id", "at"])
+    ranges = sa.text("range_last IS NOT NULL")
+    op.create_index(
+        "ix_starts_ranges",
+        "starts",
+        ["schedule_id", "range_last"],
+        postgresql_where=ranges,
+        sqlite_where=ranges,
+    )
     op.execute(
         "INSERT INTO schedule_events (id, tenant, schedule_id, at, kind, by) "
         "SELECT 'sev_began_' || id, tenant, id, cursor, 'history_began', 'punctual' "
@@ -56,5 +64,6 @@ def upgrade() -> None:
 
 
 def downgrade() -> None:
+    op.drop_index("ix_starts_ranges", table_name="starts")
     op.drop_index("ix_schedule_events_schedule", table_name="schedule_events")
     op.drop_table("schedule_events")
