@@ -32,6 +32,8 @@ from punctual.client import (
     PunctualClient,
     ServerUnreachable,
     UnavailableError,
+    aiterate,
+    iterate,
 )
 from punctual.domain.permissions import Role
 from punctual.usecases.scheduled.dispatch import dispatch_due
@@ -448,5 +450,45 @@ def test_the_async_client(server: Server) -> None:
         async with AsyncPunctualClient(server.url, "bad", TENANT) as stranger:
             with pytest.raises(AuthenticationError):
                 await stranger.list_runs()
+
+    asyncio.run(scenario())
+
+
+def test_waiting_for_a_start_and_a_run_and_iterating_every_page(server: Server) -> None:
+    """``wait_for_start`` returns once the start is settled, ``wait_for_run`` once the run
+    ended, each ``TimeoutError`` when it does not within the timeout; ``iterate`` follows
+    ``next_cursor`` to the last item (sync and async alike)."""
+    with server.client() as client:
+        due = create_due(client)
+        later_on = threading.Timer(
+            0.5, lambda: dispatch_due(server.system.services, "runner-client", 10)
+        )
+        later_on.start()
+        settled = client.wait_for_start(due.id, timeout=20, poll=0.1)
+        later_on.join()
+        assert settled.state == "dispatched" and settled.dispatch is not None
+        run_id = settled.dispatch.run_id
+        with pytest.raises(TimeoutError, match="still pending"):
+            client.wait_for_run(run_id, timeout=0.3, poll=0.1)
+        ender = threading.Timer(0.5, lambda: client.terminate_run(run_id))
+        ender.start()
+        assert client.wait_for_run(run_id, timeout=20, poll=0.1).state == "terminated"
+        ender.join()
+        made = {
+            client.create_start(**start_fields(business_request_id=f"p-{n}")).id for n in range(5)
+        }
+        listed = [start.id for start in iterate(client.list_starts, state="scheduled", limit=2)]
+        assert sorted(listed) == sorted(made) and len(listed) == 5
+
+    async def scenario() -> None:
+        async with AsyncPunctualClient(server.url, server.admin, TENANT) as client:
+            ended = await client.wait_for_run(run_id, timeout=5, poll=0.1)
+            assert ended.state == "terminated"
+            with pytest.raises(TimeoutError):
+                await client.wait_for_start(
+                    next(iter(made)), timeout=0.3, poll=0.1
+                )  # scheduled an hour from now
+            found = [s.id async for s in aiterate(client.list_starts, state="scheduled", limit=2)]
+            assert sorted(found) == sorted(made)
 
     asyncio.run(scenario())

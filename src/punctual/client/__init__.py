@@ -26,7 +26,13 @@ Errors are typed by status and carry the envelope's ``code``, ``message`` and ``
 Every answer keeps the JSON the server sent in ``.raw`` (for ``--json`` printing).
 """
 
-from punctual.client.clients import AsyncPunctualClient, PunctualClient, retry_until_decided
+from punctual.client.clients import (
+    AsyncPunctualClient,
+    PunctualClient,
+    aiterate,
+    iterate,
+    retry_until_decided,
+)
 from punctual.client.errors import (
     ApiError,
     AuthenticationError,
@@ -56,7 +62,9 @@ __all__ = [
     "PunctualClient",
     "ServerUnreachable",
     "UnavailableError",
+    "aiterate",
     "api_error",
+    "iterate",
     "new_idempotency_key",
     "retry_until_decided",
 ]

@@ -8,7 +8,7 @@ import asyncio
 import functools
 import inspect
 import time
-from collections.abc import Awaitable, Callable, Mapping, Sequence
+from collections.abc import AsyncIterator, Awaitable, Callable, Iterator, Mapping, Sequence
 from contextlib import AbstractAsyncContextManager, AbstractContextManager
 from typing import Any, Concatenate, ParamSpec, TypeVar
 
@@ -23,7 +23,7 @@ from punctual.client.errors import (
     api_error,
 )
 from punctual.client.wire import Call, escaped
-from punctual.resources import BatchItemResult, Resource
+from punctual.resources import BatchItemResult, Resource, Run, Start
 
 P = ParamSpec("P")
 T = TypeVar("T")
@@ -67,6 +67,18 @@ def _in_progress(response: httpx.Response) -> bool:
 def _unreachable(call: Call[Any], error: httpx.TransportError) -> _Retry:
     message = f"no answer from punctual for {call.method} {call.path}: {error}"
     return _Retry(ServerUnreachable(message, idempotency_key=call.idempotency_key))
+
+
+RUN_ENDED = frozenset({"completed", "failed", "canceled", "terminated", "timed_out"})
+START_SETTLED = frozenset({"dispatched", "failed", "canceled", "skipped"})
+
+
+def _until(deadline: float, poll: float, waiting: str) -> float:
+    """How long to sleep before asking again; ``TimeoutError`` once the deadline passed."""
+    left = deadline - time.monotonic()
+    if left <= 0:
+        raise TimeoutError(f"{waiting}: the wait timed out (it goes on; ask again later)")
+    return min(poll, left)
 
 
 def _delay(backoff: float, attempt: int) -> float:
@@ -198,6 +210,22 @@ class PunctualClient(_Base, AbstractContextManager["PunctualClient"]):
     reschedule_start = _blocking(calls.reschedule_start)
     cancel_start = _blocking(calls.cancel_start)
 
+    def wait_for_start(self, start_id: str, *, timeout: float = 60.0, poll: float = 0.5) -> Start:
+        """The start once it is settled (dispatched, failed, canceled or skipped);
+        ``TimeoutError`` after ``timeout`` seconds (the start goes on regardless)."""
+        deadline = time.monotonic() + timeout
+        while (start := self.get_start(start_id)).state not in START_SETTLED:
+            time.sleep(_until(deadline, poll, f"start {start_id} is still {start.state}"))
+        return start
+
+    def wait_for_run(self, run_id: str, *, timeout: float = 60.0, poll: float = 0.5) -> Run:
+        """The run once it has ended (completed, failed, canceled, terminated, timed out);
+        ``TimeoutError`` after ``timeout`` seconds (the run goes on regardless)."""
+        deadline = time.monotonic() + timeout
+        while (run := self.get_run(run_id)).state not in RUN_ENDED:
+            time.sleep(_until(deadline, poll, f"run {run_id} is still {run.state}"))
+        return run
+
     # ----------------------------------------------------------------------- runs
     get_run = _blocking(calls.get_run)
     list_runs = _blocking(calls.list_runs)
@@ -324,6 +352,23 @@ class AsyncPunctualClient(_Base, AbstractAsyncContextManager["AsyncPunctualClien
     # ----------------------------------------------------------------------- runs
     get_run = _awaited(calls.get_run)
     list_runs = _awaited(calls.list_runs)
+
+    async def wait_for_start(
+        self, start_id: str, *, timeout: float = 60.0, poll: float = 0.5
+    ) -> Start:
+        """As ``PunctualClient.wait_for_start``, awaiting."""
+        deadline = time.monotonic() + timeout
+        while (start := await self.get_start(start_id)).state not in START_SETTLED:
+            await asyncio.sleep(_until(deadline, poll, f"start {start_id} is still {start.state}"))
+        return start
+
+    async def wait_for_run(self, run_id: str, *, timeout: float = 60.0, poll: float = 0.5) -> Run:
+        """As ``PunctualClient.wait_for_run``, awaiting."""
+        deadline = time.monotonic() + timeout
+        while (run := await self.get_run(run_id)).state not in RUN_ENDED:
+            await asyncio.sleep(_until(deadline, poll, f"run {run_id} is still {run.state}"))
+        return run
+
     cancel_run = _awaited(calls.cancel_run)
     terminate_run = _awaited(calls.terminate_run)
 
@@ -375,6 +420,30 @@ class AsyncPunctualClient(_Base, AbstractAsyncContextManager["AsyncPunctualClien
     list_holds = _awaited(calls.list_holds)
     release_hold = _awaited(calls.release_hold)
     list_audit_entries = _awaited(calls.list_audit_entries)
+
+
+def iterate(list_page: Callable[..., Any], **filters: Any) -> Iterator[Any]:
+    """Every item of a list, page after page (``next_cursor`` followed):
+    ``iterate(client.list_runs, state="failed")``."""
+    cursor = None
+    while True:
+        page = list_page(**filters, cursor=cursor)
+        yield from page.items
+        if page.next_cursor is None:
+            return
+        cursor = page.next_cursor
+
+
+async def aiterate(list_page: Callable[..., Awaitable[Any]], **filters: Any) -> AsyncIterator[Any]:
+    """As ``iterate``, for ``AsyncPunctualClient``: ``async for run in aiterate(...)``."""
+    cursor = None
+    while True:
+        page = await list_page(**filters, cursor=cursor)
+        for item in page.items:
+            yield item
+        if page.next_cursor is None:
+            return
+        cursor = page.next_cursor
 
 
 def retry_until_decided(call: Any, *, attempts: int = 10, delay: float = 0.5, **kwargs: Any) -> Any:
