@@ -6,9 +6,12 @@ from functools import partial
 from typing import Any
 
 from fastapi import FastAPI, Request
-from fastapi.responses import JSONResponse, Response
+from fastapi.openapi.docs import get_swagger_ui_html
+from fastapi.responses import HTMLResponse, JSONResponse, Response
+from fastapi.staticfiles import StaticFiles
 from prometheus_client import CONTENT_TYPE_LATEST, CollectorRegistry, generate_latest
 from starlette.types import ASGIApp, Receive, Scope, Send
+from swagger_ui_bundle import swagger_ui_path
 
 import punctual
 from punctual.adapters.http import errors, status, ui
@@ -92,7 +95,9 @@ def create_app(
         version=punctual.__version__,
         description="A durable scheduler for workflow runs.",
         generate_unique_id_function=operation_id,
+        docs_url=None,  # served below from the package's own copy, not a CDN
     )
+    _offline_docs(app)
     # FastAPI's documented way to complete the document it generates.
     app.openapi = partial(openapi_document, app)  # type: ignore[method-assign]
     app.state.edge = edge
@@ -167,3 +172,22 @@ def create_internal_app(
     app.mount(internal.PREFIX, internal.internal_tree(edge, internal_token), name="internal")
     app.add_middleware(BodyLimit, max_bytes=max_body_bytes)
     return app
+
+
+DOCS_ASSETS = "/docs-assets"
+
+
+def _offline_docs(app: FastAPI) -> None:
+    """``/docs``, the interactive API page, with Swagger UI's files served from the
+    ``swagger-ui-bundle`` package: it works without internet (a CDN would leave it blank)."""
+    app.mount(DOCS_ASSETS, StaticFiles(directory=swagger_ui_path), name="docs-assets")
+
+    @app.get("/docs", include_in_schema=False)
+    def docs() -> HTMLResponse:
+        return get_swagger_ui_html(
+            openapi_url=app.openapi_url or "/openapi.json",
+            title=f"{app.title} API",
+            swagger_js_url=f"{DOCS_ASSETS}/swagger-ui-bundle.js",
+            swagger_css_url=f"{DOCS_ASSETS}/swagger-ui.css",
+            swagger_favicon_url=f"{DOCS_ASSETS}/favicon-32x32.png",
+        )
