@@ -1,5 +1,5 @@
 """``/docs`` works without internet (issue 26): the page names no other host, and every
-file it loads is served by punctual itself from the ``swagger-ui-bundle`` package."""
+file it loads is served by punctual itself from the ``swagger-ui-py`` package."""
 
 from __future__ import annotations
 

@@ -3,15 +3,16 @@
 from __future__ import annotations
 
 from functools import partial
+from pathlib import Path
 from typing import Any
 
+import swagger_ui
 from fastapi import FastAPI, Request
 from fastapi.openapi.docs import get_swagger_ui_html
 from fastapi.responses import HTMLResponse, JSONResponse, Response
 from fastapi.staticfiles import StaticFiles
 from prometheus_client import CONTENT_TYPE_LATEST, CollectorRegistry, generate_latest
 from starlette.types import ASGIApp, Receive, Scope, Send
-from swagger_ui_bundle import swagger_ui_path
 
 import punctual
 from punctual.adapters.http import errors, status, ui
@@ -179,8 +180,9 @@ DOCS_ASSETS = "/docs-assets"
 
 def _offline_docs(app: FastAPI) -> None:
     """``/docs``, the interactive API page, with Swagger UI's files served from the
-    ``swagger-ui-bundle`` package: it works without internet (a CDN would leave it blank)."""
-    app.mount(DOCS_ASSETS, StaticFiles(directory=swagger_ui_path), name="docs-assets")
+    ``swagger-ui-py`` package (Swagger UI 5, which reads OpenAPI 3.1): it works without
+    internet (a CDN would leave it blank)."""
+    app.mount(DOCS_ASSETS, StaticFiles(directory=_swagger_ui_files()), name="docs-assets")
 
     @app.get("/docs", include_in_schema=False)
     def docs() -> HTMLResponse:
@@ -191,3 +193,9 @@ def _offline_docs(app: FastAPI) -> None:
             swagger_css_url=f"{DOCS_ASSETS}/swagger-ui.css",
             swagger_favicon_url=f"{DOCS_ASSETS}/favicon-32x32.png",
         )
+
+
+def _swagger_ui_files() -> Path:
+    """Where the ``swagger-ui-py`` package keeps Swagger UI's own files."""
+
+    return Path(swagger_ui.__file__).parent / "static"
