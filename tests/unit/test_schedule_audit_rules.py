@@ -23,8 +23,16 @@ EVERY_MINUTE = Timing((IntervalSpec(60_000, T0),))
 EVERY_TWO = Timing((IntervalSpec(120_000, T0),))
 
 
-def event(kind: EventKind, minute: float, **rest: object) -> ScheduleEvent:
-    return ScheduleEvent(kind, T0 + minute * MINUTE, "alice", **rest)  # type: ignore[arg-type]
+def event(
+    kind: EventKind,
+    minute: float,
+    *,
+    timing: Timing | None = None,
+    previous: Timing | None = None,
+    until: datetime | None = None,
+) -> ScheduleEvent:
+    at = T0 + minute * MINUTE
+    return ScheduleEvent(kind, at, "alice", timing=timing, previous=previous, until=until)
 
 
 def row(minute: int, state: str = "dispatched", reason: str | None = None) -> AuditRow:

@@ -46,7 +46,6 @@ from punctual.domain.recurrence import (
     fires_between,
     load_zone,
 )
-from punctual.domain.schedule_audit import EventKind, ScheduleEvent
 from punctual.domain.schedules import (
     MissedPolicy,
     Schedule,
@@ -63,6 +62,7 @@ from punctual.ports.store import Tx
 from punctual.usecases.kernel.context import Services
 from punctual.usecases.kernel.idempotency import Answer, Mutation, Outcome, request_token
 from punctual.usecases.kernel.projections import schedule_view
+from punctual.usecases.recurring import history
 from punctual.usecases.recurring.occurrence_rows import new_occurrence
 from punctual.usecases.tenancy.health import ORPHANED_SCHEDULE
 
@@ -374,8 +374,7 @@ def discard_unfinished_create(tx: Tx, schedule: Schedule, now: datetime) -> None
     if tx.schedules.compare_and_set(
         schedule.id, schedule.version, now, enabled=False, deleted_at=now, next_fire_at=None
     ):
-        event = ScheduleEvent(EventKind.DELETED, now, "punctual")
-        tx.schedules.record_event(schedule.tenant, schedule.id, event)
+        history.discarded(tx, schedule, now)
     tx.findings.clear(schedule.tenant, ORPHANED_SCHEDULE, schedule.id)
 
 

@@ -54,6 +54,13 @@ def changed(tx: Tx, before: Schedule, after: Schedule, now: datetime, by: str) -
         tx.schedules.record_event(after.tenant, after.id, event)
 
 
+def discarded(tx: Tx, schedule: Schedule, now: datetime) -> None:
+    """Punctual removed the record of a create that never answered (CR-6): a deletion."""
+    tx.schedules.record_event(
+        schedule.tenant, schedule.id, ScheduleEvent(EventKind.DELETED, now, PUNCTUAL)
+    )
+
+
 def auto_disabled(tx: Tx, schedule: Schedule, now: datetime) -> None:
     """Punctual paused it (CR-3): a pause like a member's, by punctual."""
     tx.schedules.record_event(
