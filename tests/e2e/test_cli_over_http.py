@@ -565,7 +565,8 @@ def test_schedules_create_read_pause_resume_and_delete(cli: Cli) -> None:
     resumed = cli.json("schedules", "resume", schedule_id, "--version", str(paused["version"]))
     assert resumed["state"] == "active"
     human = cli("schedules", "list")
-    assert re.search(rf"^{schedule_id}\s+active\s+cli-nightly\b", human.stdout, re.MULTILINE)
+    assert human.stdout.splitlines()[0].split()[:3] == ["ID", "NAME", "STATE"]
+    assert re.search(rf"^{schedule_id}\s+cli-nightly\s+active\b", human.stdout, re.MULTILINE)
 
     deleted = cli("schedules", "delete", schedule_id, "--json")
     assert deleted.returncode == 0, deleted.stderr

@@ -34,6 +34,8 @@ import typer
 from punctual.cli.host import ConfigOpt, DbOpt, Host, assembled, emit, host_command, host_settings
 from punctual.cli.keys import keys_app
 from punctual.cli.options import Command
+from punctual.cli.outbound import notifications_app, webhooks_app
+from punctual.cli.records import audit_app, holds_app
 from punctual.cli.retention import retention_app
 from punctual.cli.schedules import schedules_app
 from punctual.cli.startup import Commands, importable_from_cwd, listen
@@ -50,7 +52,6 @@ app = typer.Typer(
     name="punctual",
     help="A durable scheduler for workflow runs.",
     no_args_is_help=True,
-    add_completion=False,
 )
 db_app = typer.Typer(help="Database schema (host).", no_args_is_help=True)
 definitions_app = typer.Typer(help="Host-global workflow definitions (host).", no_args_is_help=True)
@@ -62,8 +63,37 @@ app.add_typer(schedules_app, name="schedules")
 app.add_typer(runs_app, name="runs")
 app.add_typer(health_app, name="health")
 app.add_typer(members_app, name="members")
+app.add_typer(notifications_app, name="notifications")
+app.add_typer(webhooks_app, name="webhooks")
+app.add_typer(holds_app, name="holds")
+app.add_typer(audit_app, name="audit")
 app.add_typer(keys_app, name="keys")
 app.add_typer(retention_app, name="retention")
+
+
+def _print_version(wanted: bool) -> None:
+    if wanted:
+        from importlib.metadata import version
+
+        typer.echo(f"punctual {version('punctual')}")
+        raise typer.Exit()
+
+
+@app.callback()
+def root(
+    _version: Annotated[
+        bool,
+        typer.Option(
+            "--version",
+            help="Print punctual's version and exit.",
+            is_eager=True,
+            callback=_print_version,
+        ),
+    ] = False,
+) -> None:
+    """A durable scheduler for workflow runs. Tenant commands act through a server's HTTP
+    API (PUNCTUAL_URL, PUNCTUAL_TOKEN); host commands on this host's database."""
+
 
 AppHelp = "The workflows, as module:attr (a module of the current directory works too)."
 

@@ -274,10 +274,27 @@ def block(title: str, rows: Iterable[tuple[str, Any]]) -> list[str]:
     return [title, *(f"  {label + ':':<{width + 1}} {shown(value)}" for label, value in listed)]
 
 
-def table(lines: list[str], next_cursor: str | None, empty: str) -> list[str]:
-    """A page's lines, with how to get the next page when there is one."""
-    if not lines:
+def table(
+    headers: Sequence[str],
+    rows: Iterable[Sequence[Any]],
+    next_cursor: str | None,
+    empty: str,
+) -> list[str]:
+    """A list as people read it: a header line and aligned columns (the last one is left
+    ragged, so a long message does not pad every line), then how to get the next page
+    when there is one. ``--json`` prints the route's page instead."""
+    cells = [[shown(value) for value in row] for row in rows]
+    if not cells:
         lines = [empty]
+    else:
+        every = [list(headers), *cells]
+        widths = [max(len(line[i]) for line in every) for i in range(len(headers) - 1)]
+        lines = [
+            "  ".join(
+                [*(text.ljust(w) for text, w in zip(line, widths, strict=False)), line[-1]]
+            ).rstrip()
+            for line in every
+        ]
     if next_cursor is not None:
         lines.append(f"(more: --cursor {next_cursor})")
     return lines

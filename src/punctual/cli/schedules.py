@@ -6,6 +6,7 @@ occurrences, preview, trigger, backfill, and ``apply`` of a file of schedules
 
 from __future__ import annotations
 
+import functools
 import re
 from pathlib import Path
 from typing import TYPE_CHECKING, Annotated, Any
@@ -15,6 +16,7 @@ import typer
 from punctual.cli import apply
 from punctual.cli.remote import (
     EXIT_INVALID,
+    EXIT_NOT_FOUND,
     CursorOpt,
     KeyOpt,
     LimitOpt,
@@ -34,6 +36,7 @@ from punctual.cli.remote import (
 )
 
 if TYPE_CHECKING:
+    from punctual.client import PunctualClient
     from punctual.resources import (
         AuditItem,
         BusinessDaySpec,
@@ -46,7 +49,18 @@ if TYPE_CHECKING:
 
 schedules_app = typer.Typer(help="Recurring schedules (over HTTP).", no_args_is_help=True)
 
-ScheduleIdArg = Annotated[str, typer.Argument(help="The schedule's id.", show_default=False)]
+ScheduleArg = Annotated[
+    str, typer.Argument(metavar="SCHEDULE", help="The schedule's id or name.", show_default=False)
+]
+SCHEDULE_ID = re.compile(r"sch_[0-9a-f]{24}")
+
+
+def schedule_id_of(client: PunctualClient, schedule: str) -> str:
+    """The id of the schedule named by ``schedule``: its id as given, or the id of the
+    schedule of that name (people name schedules; ids are for scripts)."""
+    if SCHEDULE_ID.fullmatch(schedule):
+        return schedule
+    return client.get_schedule_by_name(schedule).id
 
 
 def spec_text(schedule: Schedule) -> str:
@@ -88,14 +102,6 @@ def calendar_text(schedule: Schedule) -> str | None:
         parts.append(f"also open {', '.join(calendar.extra_workdays)}")
     parts.append(f"closed days: {calendar.on_closed_day.replace('_', ' ')}")
     return "; ".join(parts)
-
-
-def schedule_line(schedule: Schedule) -> str:
-    upcoming = schedule.next_fire_times[0] if schedule.next_fire_times else None
-    return (
-        f"{schedule.id}  {schedule.state:<7} {schedule.name:<24} next: {when(upcoming)}  "
-        f"last: {schedule.last_status or '-'}"
-    )
 
 
 def schedule_block(schedule: Schedule) -> list[str]:
@@ -162,11 +168,11 @@ def occurrence_line(occurrence: Occurrence) -> str:
     )
 
 
-def fire_line(fire: Fire) -> str:
-    adjusted = f"  {fire.dst_adjustment}" if fire.dst_adjustment else ""
+def fire_row(fire: Fire) -> tuple[Any, ...]:
+    notes: list[str] = [fire.dst_adjustment] if fire.dst_adjustment else []
     if fire.calendar_moved_from is not None:
-        adjusted += f"  moved from {when(fire.calendar_moved_from)}"
-    return f"{when(fire.fire_at)}  {fire.local}  (nominal {fire.nominal}){adjusted}"
+        notes.append(f"moved from {when(fire.calendar_moved_from)}")
+    return (fire.fire_at, fire.local, fire.nominal, "; ".join(notes) or None)
 
 
 def spec_of(
@@ -338,34 +344,196 @@ def schedules_create(
     emit(schedule, as_json, schedule_block(schedule))
 
 
+CLEARABLE = (
+    "calendar",
+    "max_catch_up",
+    "catch_up_window",
+    "misfire_grace_ms",
+    "regression",
+    "end_at",
+    "max_occurrences",
+    "jitter_ms",
+    "start_deadline_ms",
+    "blackouts",
+    "pause_until",
+)
+"""The fields ``--clear`` sends as ``null`` (back to the default: no end, no jitter...)."""
+
+
+@tenant_command(schedules_app.command("update"))
+def schedules_update(
+    remote: Remote,
+    as_json: bool,
+    schedule: ScheduleArg,
+    name: Annotated[str | None, typer.Option(help="A new name.")] = None,
+    workflow: Annotated[str | None, typer.Option(help="Another workflow.")] = None,
+    input_json: Annotated[
+        str | None, typer.Option("--input", help="New input as JSON, or @FILE.")
+    ] = None,
+    cron: CronOpt = None,
+    time_zone: TimeZoneOpt = None,
+    dst_gap: DstGapOpt = None,
+    dst_overlap: DstOverlapOpt = None,
+    interval_ms: IntervalOpt = None,
+    starts_at: StartsAtOpt = None,
+    business_day: BusinessDayOpt = None,
+    at: AtOpt = None,
+    specs: SpecsOpt = None,
+    calendar: CalendarOpt = None,
+    overlap: Annotated[str | None, typer.Option(help="skip, buffer_one or allow_all.")] = None,
+    missed: Annotated[str | None, typer.Option(help="catch_up or skip.")] = None,
+    max_catch_up: Annotated[int | None, typer.Option(help="1-100 per pass.")] = None,
+    catch_up_window: Annotated[
+        float | None, typer.Option(help="Seconds back that catch-up reaches.")
+    ] = None,
+    misfire_grace_ms: Annotated[int | None, typer.Option(help="Lateness still on time.")] = None,
+    version_policy: Annotated[str | None, typer.Option(help="active_at_fire or pinned.")] = None,
+    workload_class: Annotated[str | None, typer.Option(help="Host workload class.")] = None,
+    regression: Annotated[
+        str | None, typer.Option(help="The regression policy as JSON (or @FILE).")
+    ] = None,
+    end_at: Annotated[str | None, typer.Option(help="No fire after this instant.")] = None,
+    max_occurrences: Annotated[int | None, typer.Option(help="Stop after this many.")] = None,
+    jitter_ms: Annotated[int | None, typer.Option(help="Delay each fire by up to this.")] = None,
+    start_deadline_ms: Annotated[
+        int | None, typer.Option(help="Never start a fire's body this long after it was due.")
+    ] = None,
+    blackouts: Annotated[
+        str | None,
+        typer.Option(help='Blackout windows as JSON (or @FILE): [{"from", "to", "reason"?}].'),
+    ] = None,
+    pause_until: Annotated[
+        str | None, typer.Option(help="Pause until this instant, then resume by itself.")
+    ] = None,
+    clear: Annotated[
+        list[str] | None,
+        typer.Option(
+            help=f"Send FIELD as null, back to its default; repeatable: {', '.join(CLEARABLE)}.",
+            show_default=False,
+        ),
+    ] = None,
+    version: VersionOpt = None,
+    idempotency_key: KeyOpt = None,
+) -> None:
+    """Change the given fields of a schedule, by id or name; the others stay. A new spec
+    replaces the old one whole (give its time zone again)."""
+    changes: dict[str, Any] = {
+        name_: value
+        for name_, value in {
+            "name": name,
+            "workflow": workflow,
+            "overlap": overlap,
+            "missed": missed,
+            "max_catch_up": max_catch_up,
+            "catch_up_window": catch_up_window,
+            "misfire_grace_ms": misfire_grace_ms,
+            "version_policy": version_policy,
+            "workload_class": workload_class,
+            "end_at": end_at,
+            "max_occurrences": max_occurrences,
+            "jitter_ms": jitter_ms,
+            "start_deadline_ms": start_deadline_ms,
+            "pause_until": pause_until,
+        }.items()
+        if value is not None
+    }
+    if input_json is not None:
+        changes["input"] = parse_json(input_json, "--input")
+    if regression is not None:
+        changes["regression"] = parse_json(regression, "--regression")
+    if blackouts is not None:
+        changes["blackouts"] = parse_json(blackouts, "--blackouts")
+    spec = spec_of(cron, time_zone, dst_gap, dst_overlap, interval_ms, starts_at, business_day, at)
+    if spec is not None or specs is not None:
+        changes.update(timing_of(spec, specs, None))
+    elif any(v is not None for v in (time_zone, dst_gap, dst_overlap, starts_at, at)):
+        fail(
+            EXIT_INVALID,
+            "a spec option needs its spec: give --cron, --interval-ms or --business-day",
+        )
+    if calendar is not None:
+        changes["calendar"] = parse_json(calendar, "--calendar")
+    for field in clear or []:
+        if field not in CLEARABLE:
+            fail(EXIT_INVALID, f"--clear takes one of {', '.join(CLEARABLE)}, not {field!r}")
+        if field in changes:
+            fail(EXIT_INVALID, f"--clear {field} and a new {field} contradict each other")
+        changes[field] = None
+    if not changes:
+        fail(EXIT_INVALID, "nothing to change: give at least one field option or --clear")
+    with session(remote, as_json) as client:
+        schedule_id, current = version_of(client, schedule, version)
+        updated = client.update_schedule(
+            schedule_id,
+            version=current,
+            idempotency_key=mutation_key(idempotency_key, current),
+            **changes,
+        )
+    emit(updated, as_json, schedule_block(updated))
+
+
 @tenant_command(schedules_app.command("get"))
 def schedules_get(
     remote: Remote,
     as_json: bool,
-    schedule_id: ScheduleIdArg,
+    schedule: ScheduleArg,
 ) -> None:
     """Show one schedule with its next fire times."""
     with session(remote, as_json) as client:
-        schedule = client.get_schedule(schedule_id)
-    emit(schedule, as_json, schedule_block(schedule))
+        found = read_schedule(client, schedule)
+    emit(found, as_json, schedule_block(found))
+
+
+def read_schedule(client: PunctualClient, schedule: str) -> Schedule:
+    """The schedule named by id or name, as it is now."""
+    if SCHEDULE_ID.fullmatch(schedule):
+        return client.get_schedule(schedule)
+    return client.get_schedule_by_name(schedule)
+
+
+def version_of(client: PunctualClient, schedule: str, given: int | None) -> tuple[str, int]:
+    """The schedule's id and the version a mutation sends: the one given (it then fails
+    with a conflict if the schedule changed since it was read), else the current one."""
+    if given is not None:
+        return schedule_id_of(client, schedule), given
+    current = read_schedule(client, schedule)
+    return current.id, current.version
+
+
+SCHEDULE_COLUMNS = ("ID", "NAME", "STATE", "WORKFLOW", "NEXT FIRE", "LAST STATUS")
+
+
+def schedule_row(schedule: Schedule) -> tuple[Any, ...]:
+    upcoming = schedule.next_fire_times[0] if schedule.next_fire_times else None
+    return (
+        schedule.id,
+        schedule.name,
+        schedule.state,
+        schedule.workflow,
+        upcoming,
+        schedule.last_status,
+    )
 
 
 @tenant_command(schedules_app.command("list"))
 def schedules_list(
     remote: Remote,
     as_json: bool,
+    source: Annotated[
+        str | None, typer.Option(help="Only the schedules applied from this source.")
+    ] = None,
     limit: LimitOpt = None,
     cursor: CursorOpt = None,
 ) -> None:
     """List the tenant's schedules with their next fire times."""
     with session(remote, as_json) as client:
-        page = client.list_schedules(limit=limit, cursor=cursor)
-    lines = [schedule_line(s) for s in page.items]
-    emit(page, as_json, table(lines, page.next_cursor, "no schedules"))
+        page = client.list_schedules(source=source, limit=limit, cursor=cursor)
+    rows = [schedule_row(s) for s in page.items]
+    emit(page, as_json, table(SCHEDULE_COLUMNS, rows, page.next_cursor, "no schedules"))
 
 
 def _toggle(
-    schedule_id: str,
+    schedule: str,
     enabled: bool,
     version: int | None,
     idempotency_key: str | None,
@@ -373,76 +541,171 @@ def _toggle(
     remote: Remote,
 ) -> None:
     with session(remote, as_json) as client:
-        current = version if version is not None else client.get_schedule(schedule_id).version
+        schedule_id, current = version_of(client, schedule, version)
         toggle = client.resume_schedule if enabled else client.pause_schedule
-        schedule = toggle(
+        changed = toggle(
             schedule_id, version=current, idempotency_key=mutation_key(idempotency_key, current)
         )
-    emit(schedule, as_json, f"{schedule.name} is {schedule.state} (version {schedule.version})")
+    emit(changed, as_json, f"{changed.name} is {changed.state} (version {changed.version})")
 
 
 @tenant_command(schedules_app.command("pause"))
 def schedules_pause(
     remote: Remote,
     as_json: bool,
-    schedule_id: ScheduleIdArg,
+    schedule: ScheduleArg,
     version: VersionOpt = None,
     idempotency_key: KeyOpt = None,
 ) -> None:
     """Stop generating occurrences (queued ones still run); the cursor is kept."""
-    _toggle(schedule_id, False, version, idempotency_key, as_json, remote)
+    _toggle(schedule, False, version, idempotency_key, as_json, remote)
 
 
 @tenant_command(schedules_app.command("resume"))
 def schedules_resume(
     remote: Remote,
     as_json: bool,
-    schedule_id: ScheduleIdArg,
+    schedule: ScheduleArg,
     version: VersionOpt = None,
     idempotency_key: KeyOpt = None,
 ) -> None:
     """Generate again; what was missed while paused follows the schedule's missed policy."""
-    _toggle(schedule_id, True, version, idempotency_key, as_json, remote)
+    _toggle(schedule, True, version, idempotency_key, as_json, remote)
 
 
 @tenant_command(schedules_app.command("delete"))
 def schedules_delete(
     remote: Remote,
     as_json: bool,
-    schedule_id: ScheduleIdArg,
+    schedule: ScheduleArg,
     version: VersionOpt = None,
     idempotency_key: KeyOpt = None,
 ) -> None:
     """Delete a schedule: its unstarted occurrences are canceled, runs are left alone."""
     with session(remote, as_json) as client:
-        current = version if version is not None else client.get_schedule(schedule_id).version
+        schedule_id, current = version_of(client, schedule, version)
         client.delete_schedule(
             schedule_id, version=current, idempotency_key=mutation_key(idempotency_key, current)
         )
-    emit(None, as_json, f"schedule {schedule_id} deleted")
+    emit(None, as_json, f"schedule {schedule} deleted")
+
+
+@tenant_command(schedules_app.command("transfer"))
+def schedules_transfer(
+    remote: Remote,
+    as_json: bool,
+    schedule: ScheduleArg,
+    to: Annotated[str, typer.Option(help="The member who becomes its creator.")],
+    version: VersionOpt = None,
+    idempotency_key: KeyOpt = None,
+) -> None:
+    """Make another member the schedule's creator (admins): its notifications go there."""
+    with session(remote, as_json) as client:
+        schedule_id, current = version_of(client, schedule, version)
+        moved = client.transfer_schedule(
+            schedule_id,
+            version=current,
+            to=to,
+            idempotency_key=mutation_key(idempotency_key, current),
+        )
+    emit(moved, as_json, f"{moved.name} now belongs to {moved.created_by}")
+
+
+OCCURRENCE_COLUMNS = ("ID", "AT", "STATE", "REASON", "ORIGIN", "RUN", "FOLLOW-THROUGH", "NOTE")
+
+
+def occurrence_row(occurrence: Occurrence) -> tuple[Any, ...]:
+    reason = occurrence.reason
+    if reason and occurrence.reason_detail:
+        reason = f"{reason}: {occurrence.reason_detail}"
+    follow = occurrence.follow_through
+    return (
+        occurrence.id,
+        occurrence.occurrence_at,
+        occurrence.state,
+        reason,
+        occurrence.origin,
+        occurrence.run_id,
+        follow.status if follow else None,
+        occurrence_note(occurrence) or None,
+    )
+
+
+def occurrence_note(occurrence: Occurrence) -> str:
+    """What else there is to know about one occurrence: a missed stretch it stands for,
+    a DST adjustment, a move off a closed day, the last error."""
+    notes = []
+    if occurrence.range:
+        notes.append(f"{occurrence.range.count} missed up to {when(occurrence.range.last)}")
+    if occurrence.dst_adjustment:
+        notes.append(f"dst:{occurrence.dst_adjustment}")
+    if occurrence.calendar_moved_from:
+        notes.append(f"moved from {when(occurrence.calendar_moved_from)}")
+    if occurrence.last_error:
+        notes.append(f"error {last_error(occurrence.last_error)}")
+    return "; ".join(notes)
 
 
 @tenant_command(schedules_app.command("occurrences"))
 def schedules_occurrences(
     remote: Remote,
     as_json: bool,
-    schedule_id: ScheduleIdArg,
+    schedule: ScheduleArg,
     state: Annotated[str | None, typer.Option(help="Only this state.")] = None,
     limit: LimitOpt = None,
     cursor: CursorOpt = None,
 ) -> None:
-    """A schedule's occurrences and skipped ranges, in generation order."""
+    """A schedule's occurrences and skipped ranges."""
     with session(remote, as_json) as client:
+        schedule_id = schedule_id_of(client, schedule)
         page = client.list_occurrences(schedule_id, state=state, limit=limit, cursor=cursor)
-    lines = [occurrence_line(o) for o in page.items]
-    emit(page, as_json, table(lines, page.next_cursor, "no occurrences"))
+    rows = [occurrence_row(o) for o in page.items]
+    emit(page, as_json, table(OCCURRENCE_COLUMNS, rows, page.next_cursor, "no occurrences"))
+
+
+@tenant_command(schedules_app.command("cancel-occurrence"))
+def schedules_cancel_occurrence(
+    remote: Remote,
+    as_json: bool,
+    schedule: ScheduleArg,
+    occurrence_id: Annotated[str, typer.Argument(help="The occurrence's id.", show_default=False)],
+    version: VersionOpt = None,
+    idempotency_key: KeyOpt = None,
+) -> None:
+    """Cancel one occurrence that has not started; the schedule goes on."""
+    with session(remote, as_json) as client:
+        schedule_id = schedule_id_of(client, schedule)
+        current = version
+        if current is None:
+            current = _occurrence_version(client, schedule_id, occurrence_id)
+        occurrence = client.cancel_occurrence(
+            schedule_id,
+            occurrence_id,
+            version=current,
+            idempotency_key=mutation_key(idempotency_key, current),
+        )
+    emit(occurrence, as_json, occurrence_line(occurrence))
+
+
+def _occurrence_version(client: PunctualClient, schedule_id: str, occurrence_id: str) -> int:
+    """The current version of an occurrence that may still be canceled: it waits for its
+    time (``scheduled``) or for the run before it (``buffered``), and such are few."""
+    from punctual.client import iterate
+
+    listed = functools.partial(client.list_occurrences, schedule_id)
+    for state in ("scheduled", "buffered"):
+        for occurrence in iterate(listed, state=state, limit=100):
+            if occurrence.id == occurrence_id:
+                version: int = occurrence.version
+                return version
+    fail(EXIT_NOT_FOUND, f"no occurrence {occurrence_id} waiting to start in that schedule")
 
 
 @tenant_command(schedules_app.command("audit"))
 def schedules_audit(
     remote: Remote,
     as_json: bool,
-    schedule: Annotated[str, typer.Argument(help="The schedule's id or name.", show_default=False)],
+    schedule: ScheduleArg,
     after: Annotated[
         str, typer.Option("--from", help="From this instant, included.", show_default=False)
     ],
@@ -451,20 +714,20 @@ def schedules_audit(
     """Every instant the schedule's specs yielded in [from, to) and what became of it:
     fired, skipped (why), not generated (why, with the pause), or missing (a defect)."""
     with session(remote, as_json) as client:
-        schedule_id = schedule
-        if not re.fullmatch(r"sch_[0-9a-f]{24}", schedule):
-            schedule_id = client.get_schedule_by_name(schedule).id
-        answer = client.audit_schedule(schedule_id, after=after, to=to)
-    lines = [audit_line(item) for item in answer.items]
+        answer = client.audit_schedule(schedule_id_of(client, schedule), after=after, to=to)
+    lines = table(
+        ("INSTANT", "SPECS", "OUTCOME", "REASON", "RUN", "RUN STATE"),
+        [audit_row(item) for item in answer.items],
+        None,
+        "no instants in the range",
+    )
     lines += [f"paused {when(p.start)} - {when(p.end)} by {p.by}" for p in answer.paused]
-    emit(answer, as_json, table(lines, None, "no instants in the range"))
+    emit(answer, as_json, lines)
 
 
-def audit_line(item: AuditItem) -> str:
-    why = f" ({item.reason})" if item.reason else ""
-    run = f" run {item.run_id} {item.run_state or ''}".rstrip() if item.run_id else ""
-    specs = ",".join(str(i) for i in item.spec_indexes)
-    return f"{when(item.instant)}  [{specs}]  {item.outcome}{why}{run}"
+def audit_row(item: AuditItem) -> tuple[Any, ...]:
+    specs = ",".join(str(i) for i in item.spec_indexes) or None
+    return (item.instant, specs, item.outcome, item.reason, item.run_id, item.run_state)
 
 
 @tenant_command(schedules_app.command("preview"))
@@ -494,9 +757,14 @@ def schedules_preview(
     one = timing.pop("spec", None) or {}
     with session(remote, as_json) as client:
         preview = client.preview_schedule(**one, **timing, after=after, count=count)
-    lines = [fire_line(f) for f in preview.items]
+    lines = table(
+        ("FIRE AT", "LOCAL", "NOMINAL", "NOTE"),
+        [fire_row(f) for f in preview.items],
+        None,
+        "no fire times",
+    )
     lines += [f"skipped {when(s.at)}  {s.reason}: {s.detail or '-'}" for s in preview.skipped]
-    emit(preview, as_json, table(lines, None, "no fire times"))
+    emit(preview, as_json, lines)
 
 
 OverlapOpt = Annotated[
@@ -509,14 +777,16 @@ OverlapOpt = Annotated[
 def schedules_trigger(
     remote: Remote,
     as_json: bool,
-    schedule_id: ScheduleIdArg,
+    schedule: ScheduleArg,
     overlap: OverlapOpt = None,
     idempotency_key: KeyOpt = None,
 ) -> None:
     """Fire once now (also while paused or ended); the schedule's version stays."""
     with session(remote, as_json) as client:
         occurrence = client.trigger_schedule(
-            schedule_id, overlap=overlap, idempotency_key=mutation_key(idempotency_key)
+            schedule_id_of(client, schedule),
+            overlap=overlap,
+            idempotency_key=mutation_key(idempotency_key),
         )
     emit(occurrence, as_json, occurrence_line(occurrence))
 
@@ -525,7 +795,7 @@ def schedules_trigger(
 def schedules_backfill(
     remote: Remote,
     as_json: bool,
-    schedule_id: ScheduleIdArg,
+    schedule: ScheduleArg,
     after: Annotated[
         str,
         typer.Option("--from", help="Fire times strictly after this instant.", show_default=False),
@@ -537,7 +807,7 @@ def schedules_backfill(
     """Generate the fire times of (from, to] that have no live or finished occurrence."""
     with session(remote, as_json) as client:
         result = client.backfill_schedule(
-            schedule_id,
+            schedule_id_of(client, schedule),
             after=after,
             to=to,
             overlap=overlap,

@@ -5,7 +5,7 @@ and exit codes are in ``punctual.cli.remote``.
 
 from __future__ import annotations
 
-from typing import TYPE_CHECKING, Annotated
+from typing import TYPE_CHECKING, Annotated, Any
 
 import typer
 
@@ -25,7 +25,6 @@ from punctual.cli.remote import (
     session,
     table,
     tenant_command,
-    when,
 )
 
 if TYPE_CHECKING:
@@ -50,11 +49,11 @@ RunIdArg = Annotated[str, typer.Argument(help="The run's id.", show_default=Fals
 # --------------------------------------------------------------------------- starts
 
 
-def start_line(start: Start) -> str:
-    return (
-        f"{start.id}  {start.state:<11} {when(start.start_at)}  {start.workflow}  "
-        f"{start.business_request_id}"
-    )
+START_COLUMNS = ("ID", "STATE", "START AT", "WORKFLOW", "REQUEST")
+
+
+def start_row(start: Start) -> tuple[Any, ...]:
+    return (start.id, start.state, start.start_at, start.workflow, start.business_request_id)
 
 
 def start_block(start: Start) -> list[str]:
@@ -156,7 +155,8 @@ def starts_list(
             limit=limit,
             cursor=cursor,
         )
-    emit(page, as_json, table([start_line(s) for s in page.items], page.next_cursor, "no starts"))
+    rows = [start_row(s) for s in page.items]
+    emit(page, as_json, table(START_COLUMNS, rows, page.next_cursor, "no starts"))
 
 
 @tenant_command(starts_app.command("cancel"))
@@ -208,9 +208,22 @@ def starts_reschedule(
 # --------------------------------------------------------------------------- runs
 
 
-def run_line(run: Run) -> str:
-    outcome = run.error.code if run.error else ""
-    return f"{run.id}  {run.state:<10} {run.workflow} {run.definition_version}  {outcome}".rstrip()
+RUN_COLUMNS = ("ID", "STATE", "WORKFLOW", "VERSION", "ORIGIN", "CREATED", "ENDED", "ERROR")
+
+
+def run_row(run: Run) -> tuple[Any, ...]:
+    origin = f"{run.origin.source} {run.origin.id}"
+    error = run.error.code if run.error else None
+    return (
+        run.id,
+        run.state,
+        run.workflow,
+        run.definition_version,
+        origin,
+        run.created_at,
+        run.ended_at,
+        error,
+    )
 
 
 def run_block(run: Run) -> list[str]:
@@ -266,7 +279,8 @@ def runs_list(
         page = client.list_runs(
             workflow=workflow, state=state, origin_id=origin_id, limit=limit, cursor=cursor
         )
-    emit(page, as_json, table([run_line(r) for r in page.items], page.next_cursor, "no runs"))
+    rows = [run_row(r) for r in page.items]
+    emit(page, as_json, table(RUN_COLUMNS, rows, page.next_cursor, "no runs"))
 
 
 @tenant_command(runs_app.command("cancel"))
@@ -424,12 +438,12 @@ def tokens_list(
     """List the tenant's tokens (never their secrets)."""
     with session(remote, as_json) as client:
         page = client.list_tokens(limit=limit, cursor=cursor)
-    lines = [
-        f"{t.id}  {t.subject:<20} {'revoked' if t.revoked else 'active':<8} "
-        f"created {when(t.created_at)}  expires {when(t.expires_at)}"
+    rows = [
+        (t.id, t.subject, "revoked" if t.revoked else "active", t.created_at, t.expires_at)
         for t in page.items
     ]
-    emit(page, as_json, table(lines, page.next_cursor, "no tokens"))
+    headers = ("ID", "SUBJECT", "STATE", "CREATED", "EXPIRES")
+    emit(page, as_json, table(headers, rows, page.next_cursor, "no tokens"))
 
 
 @tenant_command(tokens_app.command("revoke"))

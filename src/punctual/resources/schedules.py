@@ -258,12 +258,12 @@ class Occurrence(Resource):
     """Why it was skipped or canceled: ``overlap``, ``missed``, ``dst_gap``, ``blackout``,
     ``schedule_deleted``, ..."""
     reason_detail: str | None = None
+    """What the decision names beyond its reason: the blackout's own reason."""
     spec_indexes: list[int] | None = None
     """The indexes of the schedule's specs that yielded it; ``null`` for a trigger or a
     record of several instants."""
     calendar_moved_from: datetime | None = None
     """When the calendar moved it off a closed day: the instant it would have had."""
-    """What the decision names beyond its reason: the blackout's own reason."""
     version: int
     revision: int | None
     run_id: str | None
