@@ -108,6 +108,18 @@ def test_a_generated_client_creates_gets_and_cancels_a_start(
         replayed = create_start.sync(TENANT, client=client, body=body, idempotency_key="g-1")
         assert isinstance(replayed, models.Start) and replayed.id == start.id
 
+        # What the document gives a default is optional in the generated model too.
+        minimal = models.CreateStartBody(
+            workflow="echo",
+            input_={"message": "only what is required"},
+            business_request_id="gen-2",
+            start_at=start_at,
+        )
+        plain = create_start.sync(TENANT, client=client, body=minimal, idempotency_key="g-0")
+        assert isinstance(plain, models.Start)
+        assert plain.workload_class == "standard"
+        assert plain.attributes.additional_properties == {}
+
         fetched = get_start.sync(TENANT, start.id, client=client)
         assert isinstance(fetched, models.Start)
         assert (fetched.id, fetched.workflow, fetched.business_request_id) == (

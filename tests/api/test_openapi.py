@@ -165,6 +165,42 @@ def test_request_bodies_are_named_components(document: dict[str, Any]) -> None:
         assert named(schema_of(body)), (method, path)
 
 
+ONE_OF_TWO = {("CreateScheduleBody", "spec"), ("CreateScheduleBody", "specs")} | {
+    ("PutScheduleBody", "spec"),
+    ("PutScheduleBody", "specs"),
+}
+"""A create sends ``spec`` or ``specs``, never both: neither has a default of its own."""
+
+
+def test_every_optional_body_field_states_its_default(document: dict[str, Any]) -> None:
+    """A generated client makes a field without a default required: every field a body may
+    leave out says what leaving it out means."""
+    components = document["components"]["schemas"]
+    bodies = {
+        ref.rsplit("/", 1)[-1]
+        for _, _, operation in operations(document)
+        if (body := operation.get("requestBody")) is not None
+        for ref in [schema_of(body)["$ref"]]
+    }
+    bodies |= {"BatchCreateItem", "RegressionMetricBody"}
+    undeclared = [
+        (name, field)
+        for name in sorted(bodies)
+        for field, schema in components[name].get("properties", {}).items()
+        if field not in components[name].get("required", [])
+        and "default" not in schema
+        and (name, field) not in ONE_OF_TWO
+    ]
+    assert undeclared == []
+
+
+def test_a_start_needs_no_workload_class(document: dict[str, Any]) -> None:
+    start = document["components"]["schemas"]["CreateStartBody"]
+    assert "workload_class" not in start["required"]
+    assert start["properties"]["workload_class"]["default"] == "standard"
+    assert start["properties"]["attributes"]["default"] == {}
+
+
 def test_operation_ids_are_the_route_names(document: dict[str, Any]) -> None:
     ids = [operation["operationId"] for _, _, operation in operations(document)]
     assert len(ids) == len(set(ids))

@@ -103,9 +103,14 @@ class CreateStartBody(_Body):
     business_request_id: str = Field(min_length=1, max_length=200)
     start_at: Instant
     time_zone: str | None = Field(default=None, max_length=64)
-    workload_class: str = Field(min_length=1, max_length=64)
+    workload_class: str = Field(
+        default="standard",
+        min_length=1,
+        max_length=64,
+        description="A class the host configures; `standard` when not sent, as for a schedule.",
+    )
     attributes: dict[Annotated[str, StringConstraints(max_length=100)], Label] = Field(
-        default_factory=dict, max_length=50
+        default_factory=dict, max_length=50, json_schema_extra={"default": {}}
     )
     traceparent: str | None = Field(
         default=None, pattern=r"^[0-9a-f]{2}-[0-9a-f]{32}-[0-9a-f]{16}-[0-9a-f]{2}$"
@@ -260,7 +265,10 @@ class RegressionBody(_Body):
 
 
 _REGRESSION = documented_as(
-    {"anyOf": [{"$ref": "#/components/schemas/RegressionBody"}, {"type": "null"}]}
+    {
+        "anyOf": [{"$ref": "#/components/schemas/RegressionBody"}, {"type": "null"}],
+        "default": None,
+    }
 )
 
 
