@@ -303,6 +303,9 @@ def test_the_decisions_table_shows_origin_and_regression_numbers(
             assert shown == listed and listed, "only the scheduled occurrences"
             assert len(shown) < len(origins), "fewer than all of them"
             assert '<option value="scheduled" selected>' in filtered
+            bad = ui.client.get(PAGE.format(id=sid), params={"state": "exploded"})
+            assert bad.status_code == 422, "a state the API refuses is its 422, as a page"
+            assert bad.headers["content-type"].startswith("text/html")
     finally:
         system.close()
 
