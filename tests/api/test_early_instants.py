@@ -19,9 +19,9 @@ from punctual.client import PunctualClient
 from punctual.domain.permissions import Role
 from punctual.usecases.scheduled.dispatch import dispatch_due
 from punctual.usecases.tenancy import identity
-from tests.api.test_ui_page import Forms
 from tests.support.api import Api, live_worker
 from tests.support.server import serving
+from tests.support.ui import Forms
 
 DAY = timedelta(days=1)
 FIRST = datetime(5, 1, 1, tzinfo=UTC)

@@ -1,8 +1,10 @@
-"""The timeline's rules: what each occurrence view is drawn as, and what the window holds."""
+"""The timeline's rules: what each occurrence view is drawn as, how long a window the
+schedule's rhythm gives, and what the window holds."""
 
 from __future__ import annotations
 
 from datetime import UTC, datetime, timedelta
+from itertools import pairwise
 from typing import Any
 
 import pytest
@@ -84,7 +86,11 @@ def test_no_two_kinds_look_alike_and_every_kind_has_a_label() -> None:
     assert {k.name for k in kinds} == set(timeline.KINDS)
 
 
-def test_the_window_holds_the_last_7_days_and_ranges_that_reach_into_it() -> None:
+WEEK = timeline.window_for(None)
+
+
+def test_the_window_holds_its_span_and_ranges_that_reach_into_it() -> None:
+    assert WEEK.span == timedelta(days=7), "without a rhythm to measure: a week"
     old = occurrence(NOW - timedelta(days=8))
     recent = occurrence(NOW - timedelta(days=6), state="skipped", reason="overlap")
     reaching = occurrence(
@@ -99,7 +105,7 @@ def test_the_window_holds_the_last_7_days_and_ranges_that_reach_into_it() -> Non
     )
     future = occurrence(NOW + timedelta(hours=1), state="scheduled")
     followed = occurrence(NOW - timedelta(hours=2), follow_through={"status": "regressed"})
-    built = timeline.build([old, recent, reaching, future, followed], NOW)
+    built = timeline.build([old, followed, recent, reaching, future], NOW, WEEK)
     decided = {m.occurrence["id"]: m for m in built.decision_marks}
     assert set(decided) == {recent["id"], reaching["id"], followed["id"]}
     assert decided[reaching["id"]].x == timeline.PLOT_LEFT, "a range is cut at the window"
@@ -108,21 +114,98 @@ def test_the_window_holds_the_last_7_days_and_ranges_that_reach_into_it() -> Non
     assert [m.kind.name for m in built.marks if m.kind.lane == "follow_through"] == [
         "follow_through_regressed"
     ]
-    assert [row["id"] for row in built.rows] == [followed["id"], recent["id"], reaching["id"]]
+    assert [m.occurrence["id"] for m in built.decision_marks] == [
+        reaching["id"],
+        recent["id"],
+        followed["id"],
+    ], "drawn left to right whatever the list's order"
     assert len(built.ticks) == 7, "one tick per midnight in the week"
     assert "3 decisions" in built.summary()
 
 
-def test_the_close_up_holds_the_last_day_with_a_tick_every_three_hours() -> None:
+@pytest.mark.parametrize(
+    ("gap", "span", "text", "tick"),
+    [
+        (timedelta(seconds=1), timedelta(seconds=30), "30 seconds", "5 seconds"),
+        (timedelta(milliseconds=200), timedelta(seconds=30), "30 seconds", "5 seconds"),
+        (timedelta(seconds=5), timedelta(minutes=3), "3 minutes", "30 seconds"),
+        (timedelta(minutes=1), timedelta(minutes=30), "30 minutes", "5 minutes"),
+        (timedelta(minutes=7), timedelta(hours=4), "4 hours", "30 minutes"),
+        (timedelta(hours=1), timedelta(hours=30), "30 hours", "6 hours"),
+        (timedelta(days=1), timedelta(days=30), "30 days", "7 days"),
+        (timedelta(days=7), timedelta(days=90), "90 days", "14 days"),
+        (timedelta(days=365), timedelta(days=90), "90 days", "14 days"),
+        (None, timedelta(days=7), "7 days", "day"),
+        (timedelta(0), timedelta(days=7), "7 days", "day"),
+    ],
+)
+def test_the_window_is_about_thirty_gaps_in_a_whole_unit_within_bounds(
+    gap: timedelta | None, span: timedelta, text: str, tick: str
+) -> None:
+    window = timeline.window_for(gap)
+    assert (window.span, window.text, window.tick_text) == (span, text, tick)
+    assert timeline.MIN_WINDOW <= window.span <= timeline.MAX_WINDOW
+    if gap is not None and timeline.MIN_WINDOW < gap * timeline.GAPS_SHOWN < timeline.MAX_WINDOW:
+        assert window.span >= gap * timeline.GAPS_SHOWN, "rounded up, never down"
+
+
+@pytest.mark.parametrize("seconds", [1, 3, 7, 45, 61, 600, 3599, 5400, 86_400, 200_000, 10**6])
+def test_every_window_has_a_few_ticks_at_most_eight(seconds: int) -> None:
+    window = timeline.window_for(timedelta(seconds=seconds))
+    built = timeline.build([], NOW + timedelta(milliseconds=123), window)
+    assert 3 <= len(built.ticks) <= timeline.MAX_TICKS
+    assert all(built.start < t.at <= built.end for t in built.ticks)
+    assert all(t.at.timestamp() % window.tick.total_seconds() == 0 for t in built.ticks)
+
+
+def test_the_typical_gap_is_the_median_gap_between_fire_times() -> None:
+    def at(*hours: float) -> list[datetime]:
+        return [NOW + timedelta(hours=h) for h in hours]
+
+    assert timeline.typical_gap(at(0, 1, 2, 3)) == timedelta(hours=1), "an interval"
+    # Weekdays at 09:00: four gaps of a day and one of three; the weekend does not count.
+    weekdays = at(0, 24, 48, 72, 96, 168)
+    assert timeline.typical_gap(weekdays) == timedelta(days=1)
+    # Two specs a day (09:00 and 17:30): 8.5 and 15.5 hours by turns, the median between.
+    assert timeline.typical_gap(at(0, 8.5, 24, 32.5)) == timedelta(hours=8.5)
+    assert timeline.typical_gap(at(0, 8.5, 24, 32.5, 48)) == timedelta(hours=12)
+    assert timeline.typical_gap(at(3, 0, 2, 1)) == timedelta(hours=1), "in any order"
+    assert timeline.typical_gap(at(0, 0, 1)) == timedelta(hours=1), "a repeated time is no gap"
+    assert timeline.typical_gap(at(0)) is None
+    assert timeline.typical_gap([]) is None
+
+
+def test_a_one_second_schedules_marks_are_spread_across_the_picture() -> None:
+    fired = [occurrence(NOW - timedelta(seconds=n)) for n in range(120)]
+    built = timeline.build(fired, NOW, timeline.window_for(timedelta(seconds=1)))
+    xs = [m.x for m in built.decision_marks]
+    assert len(xs) == 31, "the last 30 seconds, both ends included"
+    assert xs == sorted(xs)
+    gaps = {round(b - a, 2) for a, b in pairwise(xs)}
+    assert min(gaps) > 20, "a mark's width apart at least"
+    assert xs[0] == timeline.PLOT_LEFT and xs[-1] == timeline.PLOT_RIGHT
+    assert [t.label for t in built.ticks] == [
+        "11:59:35",
+        "11:59:40",
+        "11:59:45",
+        "11:59:50",
+        "11:59:55",
+        "12:00:00",
+    ]
+
+
+def test_a_day_window_ticks_every_three_hours_and_names_midnight_by_its_date() -> None:
+    window = timeline.window_for(timedelta(minutes=48))
+    assert window.text == "24 hours"
     inside = occurrence(NOW - timedelta(hours=23))
     outside = occurrence(NOW - timedelta(hours=25))
-    built = timeline.build([inside, outside], NOW, window=timeline.CLOSE_UP)
+    built = timeline.build([inside, outside], NOW, window)
     assert [m.occurrence["id"] for m in built.marks] == [inside["id"]]
     assert [t.label for t in built.ticks] == [
         "15:00",
         "18:00",
         "21:00",
-        "00:00",
+        "Mar 08",
         "03:00",
         "06:00",
         "09:00",
@@ -131,6 +214,6 @@ def test_the_close_up_holds_the_last_day_with_a_tick_every_three_hours() -> None
 
 
 def test_an_empty_window_says_so() -> None:
-    built = timeline.build([], NOW)
+    built = timeline.build([], NOW, WEEK)
     assert built.marks == []
     assert built.summary() == "No decisions in this period."

@@ -63,8 +63,10 @@ class _Passes:
     def __init__(self, system: bootstrap.Punctual, clock: FakeClock) -> None:
         self.system = system
         self.clock = clock
-        app = load_app("punctual.demo:app")
-        self.loaded = [(d.name, d.version, d.artifact) for d in app.definitions]
+        self.app = load_app("punctual.demo:app")
+        self.loaded = [(d.name, d.version, d.artifact) for d in self.app.definitions]
+
+    def start_worker(self) -> None:
         record = WorkerRecord(
             id=WORKER,
             engine="local",
@@ -72,11 +74,11 @@ class _Passes:
             task_queues=["interactive", "standard", "batch"],
             loaded=self.loaded,
             slots=4,
-            started_at=clock.now(),
-            heartbeat_at=clock.now(),
+            started_at=self.clock.now(),
+            heartbeat_at=self.clock.now(),
             stopped_at=None,
         )
-        register_worker(system.services, record, declared_definitions(app))
+        register_worker(self.system.services, record, declared_definitions(self.app))
 
     def at(self, moment: datetime) -> None:
         """Move the clock to ``moment``; the worker heartbeats, as a live one does."""
@@ -112,6 +114,7 @@ def _key() -> dict[str, str]:
 def build(system: bootstrap.Punctual, clock: FakeClock, url: str) -> Scenario:
     """Write the scenario's history through a running server at ``url``."""
     passes = _Passes(system, clock)
+    passes.start_worker()
     passes.at(SCENARIO_START)
     services = system.services
     member = identity.ensure_member_token(services, TENANT, "olga", Role.MEMBER).token
@@ -215,3 +218,33 @@ def raise_finding(system: bootstrap.Punctual, subject: str, message: str) -> str
             TENANT, "occurrence_failed", subject, "error", message, system.services.clock.now()
         )
         return next(f.id for f in tx.findings.latest(TENANT, 20) if f.subject_id == subject)
+
+
+def every_second(
+    system: bootstrap.Punctual, clock: FakeClock, data: Scenario, seconds: int = 45
+) -> str:
+    """A schedule that fires every second, run by the runner's and the worker's passes
+    for ``seconds`` of the clock: a run ends every fifth second, so the fires while one
+    runs are skipped for overlap."""
+    with data.api() as api:
+        made = _created(
+            api.post(
+                "/schedules",
+                headers=_key(),
+                json={
+                    "name": "every-second",
+                    "workflow": "echo",
+                    "input": {"message": "tick"},
+                    "spec": {"interval_ms": 1000},
+                    "overlap": "skip",
+                    "missed": "skip",
+                },
+            )
+        )
+    passes = _Passes(system, clock)
+    for second in range(1, seconds + 1):
+        passes.at(clock.now() + timedelta(seconds=1))
+        passes.fire()
+        if second % 5 == 0:
+            passes.finish(RunState.COMPLETED, {"message": "tick"})
+    return str(made["id"])

@@ -9,11 +9,13 @@ from __future__ import annotations
 from collections.abc import Iterator
 from dataclasses import dataclass
 from datetime import timedelta
+from itertools import pairwise
 from pathlib import Path
 from typing import Any
 
 import pytest
 from selenium.webdriver.common.by import By
+from selenium.webdriver.support.select import Select
 
 from punctual import bootstrap
 from punctual.domain.timeutil import parse_rfc3339
@@ -147,8 +149,118 @@ def test_the_timeline_has_one_mark_per_decision_of_the_occurrences_api(
     assert {r.get_attribute("data-occurrence-id"): r.get_attribute("data-kind") for r in rows} == (
         expected
     )
+    # Each decision names its origin, and a regression its numbers and its baseline run.
+    assert {r.get_attribute("data-origin") for r in rows} == {"schedule"}
+    regressed = next(o for o in recent if (o["follow_through"] or {}).get("status") == "regressed")
+    row = browser.find(f"#decisions tr[data-occurrence-id='{regressed['id']}']")
+    cells = row.find_elements(By.TAG_NAME, "td")
+    assert cells[2].text == "scheduled"
+    follow = cells[-1].text
+    assert "metrics.score: 0.9 → 0.5" in follow
+    assert "higher is better, tolerance 0" in follow
+    assert f"compared with run {regressed['follow_through']['previous_run_id']}" in follow
     assert browser.find("h1").text == "Schedule hourly-scores <b>&amp;</b>"
+    assert browser.find("#timeline-heading").text == "Timeline of the last 30 hours"
     browser.check("03-schedule-timeline")
+
+
+def test_a_one_second_schedules_marks_spread_across_the_timeline(
+    site: Site, browser: Browser
+) -> None:
+    schedule_id = scenario.every_second(site.system, site.clock, site.data)
+    browser.sign_in(site.data.member_token)
+    browser.open(f"/ui/t/acme/schedules/{schedule_id}")
+    assert browser.find("#timeline-heading").text == "Timeline of the last 30 seconds"
+    picture = browser.find("#timeline")
+    assert picture.get_attribute("data-window-seconds") == "30"
+    assert "a tick every 5 seconds" in browser.find("#timeline .axis-label").text
+    marks = browser.find_all("#timeline g.mark[data-lane='decision']")
+    assert len(marks) >= 25, "about one mark a second of the last thirty"
+    # Where Chromium drew them: each at an x of its own, across most of the picture.
+    centres = sorted(m.rect["x"] + m.rect["width"] / 2 for m in marks)
+    apart = [b - a for a, b in pairwise(centres)]
+    assert min(apart) > 5, f"marks overlap: {apart}"
+    assert centres[-1] - centres[0] > 0.7 * picture.rect["width"]
+    assert {m.get_attribute("data-kind") for m in marks} >= {"fired", "skipped_overlap"}
+    browser.check("13-schedule-every-second")
+
+
+def test_a_member_pauses_resumes_and_runs_a_schedule_now(site: Site, browser: Browser) -> None:
+    schedule_id = site.data.timeline_schedule_id
+    page = f"/ui/t/acme/schedules/{schedule_id}"
+    browser.sign_in(site.data.member_token)
+    browser.open(page)
+    assert browser.find_all("button.control-resume") == [], "an active schedule is not resumed"
+    assert browser.find_all("button.control-trigger")
+    browser.check("14-schedule-controls")
+
+    browser.submit(browser.find("button.control-pause"))
+    assert browser.path == f"{page}?done=paused"
+    assert browser.find("#notice").text.startswith("Paused:")
+    assert "state\npaused" in browser.find("dl.facts").text.lower()
+    assert browser.find_all("button.control-pause") == []
+    browser.check("15-schedule-paused")
+
+    browser.submit(browser.find("button.control-resume"))
+    assert browser.path == f"{page}?done=resumed"
+    assert browser.find("#notice").text.startswith("Resumed:")
+    assert "state\nactive" in browser.find("dl.facts").text.lower()
+
+    rows = browser.find_all("#decisions tbody tr")
+    before = {r.get_attribute("data-occurrence-id") for r in rows}
+    browser.submit(browser.find("button.control-trigger"))
+    assert browser.path.startswith(f"{page}?done=triggered&occurrence=")
+    rows = browser.find_all("#decisions tbody tr[data-occurrence-id]")
+    new = [r for r in rows if r.get_attribute("data-occurrence-id") not in before]
+    assert len(new) == 1, "one new occurrence"
+    occurrence_id = new[0].get_attribute("data-occurrence-id")
+    assert new[0].get_attribute("data-origin") == "trigger"
+    assert "trigger" in new[0].find_elements(By.TAG_NAME, "td")[2].text
+    assert f"Triggered: occurrence {occurrence_id}" in browser.find("#notice").text
+    assert browser.find_all(f"#timeline g.mark[data-occurrence-id='{occurrence_id}']")
+    with site.data.api() as api:
+        view = api.get(f"/schedules/{schedule_id}").json()
+        listed = api.get(f"/schedules/{schedule_id}/occurrences", params={"limit": 100}).json()
+    assert view["state"] == "active"
+    assert [o["id"] for o in listed["items"] if o["origin"] == "trigger"] == [occurrence_id]
+    browser.check("16-schedule-triggered")
+
+
+def test_filters_narrow_the_lists(site: Site, browser: Browser) -> None:
+    browser.sign_in(site.data.member_token)
+    browser.open("/ui/t/acme/runs")
+    every = {r.get_attribute("data-run-id") for r in browser.find_all("#runs tbody tr")}
+    Select(browser.find("#filter-state")).select_by_value("failed")
+    browser.submit(browser.find("form.filters button"))
+    assert "state=failed" in browser.path
+    failed = {r.get_attribute("data-run-id") for r in browser.find_all("#runs tbody tr")}
+    assert failed == {site.data.run_ids[2]}, "the one failed run"
+    assert failed < every
+    assert Select(browser.find("#filter-state")).first_selected_option.text == "failed"
+    browser.check("17-runs-filtered")
+
+    browser.open("/ui/t/acme/starts")
+    browser.find("#filter-workflow").send_keys("score")
+    browser.submit(browser.find("form.filters button"))
+    assert "workflow=score" in browser.path
+    assert browser.find_all("#starts tbody tr") == []
+    assert "No scheduled starts match." in browser.find("main").text
+
+    schedule_id = site.data.timeline_schedule_id
+    browser.open(f"/ui/t/acme/schedules/{schedule_id}")
+    shown = len(browser.find_all("#decisions tbody tr"))
+    Select(browser.find("#filter-state")).select_by_value("skipped")
+    browser.submit(browser.find("form.filters button"))
+    assert browser.path.startswith(f"/ui/t/acme/schedules/{schedule_id}?state=skipped")
+    assert browser.path.endswith("#decisions-heading"), "back at the table, not the top"
+    with site.data.api() as api:
+        listed = api.get(
+            f"/schedules/{schedule_id}/occurrences", params={"state": "skipped", "limit": 100}
+        ).json()["items"]
+    rows = browser.find_all("#decisions tbody tr[data-occurrence-id]")
+    assert {r.get_attribute("data-occurrence-id") for r in rows} == {o["id"] for o in listed}
+    assert 0 < len(rows) < shown
+    browser.check("18-decisions-filtered")
 
 
 def test_starts_and_runs_show_state_result_and_error_but_never_the_input(
@@ -225,7 +337,7 @@ def test_a_member_acknowledges_a_finding_and_sees_it_acknowledged(
     )
 
 
-def test_a_viewer_sees_no_acknowledge_button(site: Site, browser: Browser) -> None:
+def test_a_viewer_sees_no_acknowledge_pause_or_trigger_button(site: Site, browser: Browser) -> None:
     browser.sign_in(site.data.viewer_token)
     assert browser.path == "/ui/t/acme/schedules"
     browser.open("/ui/t/acme/health")
@@ -236,6 +348,10 @@ def test_a_viewer_sees_no_acknowledge_button(site: Site, browser: Browser) -> No
     assert browser.find_all("form[action*='acknowledge']") == []
     assert "vic" in browser.find(".who").text
     browser.check("11-health-viewer")
+    browser.open(f"/ui/t/acme/schedules/{site.data.timeline_schedule_id}")
+    assert browser.find_all(".controls button") == []
+    assert [b.text for b in browser.find_all("main button")] == ["Filter"]
+    browser.check("11b-schedule-viewer")
 
 
 def test_signing_out_ends_the_session(site: Site, browser: Browser) -> None:

@@ -20,6 +20,8 @@ STATIC_DIR = HERE / "static"
 PREFIX = "/ui"
 CONTENT_SECURITY_POLICY = "default-src 'self'; frame-ancestors 'none'"
 _RESULT_SHOWN_CHARS = 20_000
+_ORIGIN_TEXT = {"schedule": "scheduled", "trigger": "trigger", "backfill": "backfill"}
+"""An occurrence's ``origin`` as the decisions table names it."""
 _DST_TEXT = {
     "gap_shifted": "DST: moved to the end of a gap",
     "gap_skipped": "DST: skipped, the time did not exist",
@@ -102,6 +104,10 @@ def dst_text(adjustment: str | None) -> str:
     return _DST_TEXT.get(adjustment or "", "")
 
 
+def origin_text(origin: str | None) -> str:
+    return _ORIGIN_TEXT.get(origin or "", origin or "—")
+
+
 def pretty_json(value: Any) -> str:
     text = json.dumps(value, indent=2, ensure_ascii=False, sort_keys=True)
     if len(text) > _RESULT_SHOWN_CHARS:
@@ -164,8 +170,15 @@ def _environment() -> jinja2.Environment:
         spec=spec_text,
         specs=specs_text,
         calendar=calendar_text,
+        origin=origin_text,
+        decision=timeline.decision_kind,
     )
-    env.globals.update(prefix=PREFIX, legend=timeline.legend(), timeline_geometry=_geometry())
+    env.globals.update(
+        prefix=PREFIX,
+        legend=timeline.legend(),
+        timeline_geometry=_geometry(),
+        gaps_shown=timeline.GAPS_SHOWN,
+    )
     return env
 
 

@@ -3,8 +3,9 @@
 The page is an HTTP adapter beside the JSON routes and calls the same use cases with the
 same principal, so permissions, validation and projections (which never carry workflow
 input) are the API's. It never accepts a bearer header and ``/v1`` never reads its cookie.
-Mutations (acknowledging a finding) run under the idempotency key the form was rendered
-with, so pressing the button twice, or resending the form, decides once.
+Mutations (acknowledging a finding; pausing, resuming and triggering a schedule) run
+under the idempotency key the form was rendered with, through the same mutation runner as
+the JSON routes, so pressing the button twice, or resending the form, decides once.
 """
 
 from __future__ import annotations
@@ -22,6 +23,7 @@ from fastapi.responses import RedirectResponse, Response
 
 from punctual.adapters.http.edge import (
     Edge,
+    canonical_json,
     fingerprint_of,
     refuse_unstorable_fields,
     refuse_unstorable_parameters,
@@ -30,7 +32,7 @@ from punctual.adapters.http.edge import (
 from punctual.adapters.http.routes.common import BodyDep, EdgeDep
 from punctual.adapters.http.status import GENERIC_MESSAGES, status_for
 from punctual.adapters.http.ui import timeline
-from punctual.adapters.http.ui.rendering import PREFIX, segment, templates
+from punctual.adapters.http.ui.rendering import PREFIX, segment, templates, utc_text
 from punctual.adapters.http.ui.session import (
     COOKIE_PATH,
     SESSION_COOKIE,
@@ -44,11 +46,17 @@ from punctual.adapters.http.ui.session import (
 )
 from punctual.domain.permissions import Action, Principal, allowed
 from punctual.domain.runs import RunState
+from punctual.domain.starts import StartState
 from punctual.domain.timeutil import parse_rfc3339
 from punctual.errors import BadRequest, NotFound, PunctualError, Unauthenticated
-from punctual.usecases.kernel import audit
-from punctual.usecases.kernel.idempotency import IdempotentRequest, RecordedError
-from punctual.usecases.recurring import schedules
+from punctual.usecases.kernel import audit, mutations
+from punctual.usecases.kernel.idempotency import (
+    IdempotentRequest,
+    Mutation,
+    Outcome,
+    RecordedError,
+)
+from punctual.usecases.recurring import schedule_controls, schedules
 from punctual.usecases.running import runs
 from punctual.usecases.scheduled import starts
 from punctual.usecases.tenancy import health, identity
@@ -85,7 +93,13 @@ class Visitor:
 
     @property
     def may_operate(self) -> bool:
+        """Acknowledge findings, pause and resume schedules (SEC-5)."""
         return allowed(self.principal, Action.OPERATE)
+
+    @property
+    def may_trigger(self) -> bool:
+        """Trigger a schedule: a new occurrence, as a create is (RS-9a)."""
+        return allowed(self.principal, Action.CREATE)
 
 
 # --------------------------------------------------------------------------- plumbing
@@ -159,6 +173,47 @@ def _form(request: Request, raw: bytes) -> dict[str, str]:
         raise BadRequest("the form's body could not be read; reload the page") from None
     refuse_unstorable_fields("form", fields)
     return dict(fields)
+
+
+def _keyed_form(
+    request: Request, edge: Edge, raw: bytes, visitor: Visitor
+) -> tuple[dict[str, str], str]:
+    """A button's form: its fields once its CSRF token is this session's, and the
+    idempotency key it was rendered with."""
+    form = _form(request, raw)
+    _sealer(edge).check_csrf(form.get("csrf_token"), visitor.session.csrf_binding, _now(edge))
+    key = form.get("idempotency_key", "")
+    if not valid_key(key):
+        raise BadRequest(
+            "the form's idempotency key is missing or malformed; reload the page",
+            code="idempotency_key_required",
+        )
+    return form, key
+
+
+def _serving(
+    visitor: Visitor, request: Request, action: str, subject_kind: str, subject_id: str
+) -> None:
+    """The audit log (CR-8) names the same action as the JSON route, from this path, and
+    the token the session signed in with."""
+    audit.serving(
+        audit.AuditedRequest(
+            tenant=visitor.principal.tenant,
+            actor=visitor.principal.subject,
+            token_digest=visitor.session.token_digest,
+            action=action,
+            method="POST",
+            path=request.url.path,
+            subject_kind=subject_kind,
+            subject_id=subject_id,
+        )
+    )
+
+
+def _recorded_error(recorded: RecordedError) -> tuple[str, str]:
+    """The code and message of a replayed refusal."""
+    error = (recorded.body or {}).get("error", {})
+    return str(error.get("code", "error")), str(error.get("message", ""))
 
 
 def _render(
@@ -409,38 +464,306 @@ def _recent_occurrences(
     edge: Edge, principal: Principal, schedule_id: str, since: datetime
 ) -> tuple[list[dict[str, Any]], bool]:
     """The occurrences whose time (or range) reaches into the window, and whether the scan
-    stopped at its bound before the end of the list."""
+    stopped at its bound before the end of the list.
+
+    The list's order is the use case's. Once the scan has found some of the window's
+    occurrences, a page without any ends it: they are written together, so they lie
+    together in the list whether it runs oldest or newest first."""
     found: list[dict[str, Any]] = []
     cursor: str | None = None
     for _ in range(SCAN_PAGES):
         query = schedules.ListOccurrences(schedule_id, None, SCAN_PAGE_SIZE, cursor)
         page = schedules.list_occurrences(edge.services, principal, query)
-        found.extend(o for o in page["items"] if timeline.reaches(o, since))
+        reaching = [o for o in page["items"] if timeline.reaches(o, since)]
+        if found and not reaching:
+            return found, False
+        found.extend(reaching)
         cursor = page["next_cursor"]
         if cursor is None:
             return found, False
     return found, True
 
 
-@router.get("/t/{tenant}/schedules/{schedule_id}")
-def schedule_page(tenant: str, schedule_id: str, request: Request, edge: EdgeDep) -> Response:
-    def build(visitor: Visitor) -> Response:
-        view = schedules.get(edge.services, visitor.principal, schedule_id)
-        now = _now(edge)
-        recent, truncated = _recent_occurrences(
-            edge, visitor.principal, schedule_id, now - timeline.WINDOW
+def _window(view: dict[str, Any], now: datetime) -> timeline.Window:
+    """The timeline's window, from the schedule's rhythm: the median gap between its next
+    fire times, previewed from now so that a paused or ended schedule is measured too."""
+    timing = {"specs": view["specs"], "calendar": view["calendar"]}
+    try:
+        previewed = schedules.preview(timing, now, timeline.FIRES_MEASURED)
+        fires = [item["fire_at"] for item in previewed["items"]]
+    except (PunctualError, OverflowError):
+        fires = view["next_fire_times"]
+    return timeline.window_for(timeline.typical_gap([parse_rfc3339(at) for at in fires]))
+
+
+@dataclass(frozen=True)
+class Control:
+    """A button of a schedule's page: the JSON route whose use case it runs (and whose name
+    the audit log gives it), and what the page says once it is done."""
+
+    name: str
+    label: str
+    hint: str
+    route_name: str
+    done: str
+    """The ``done=`` of the redirect."""
+    versioned: bool
+    """Sends the schedule's version the page was rendered with, as the API's body does."""
+
+    @property
+    def route(self) -> str:
+        return f"{PREFIX}/t/{{tenant}}/schedules/{{schedule_id}}/{self.name}"
+
+
+CONTROLS = {
+    control.name: control
+    for control in (
+        Control(
+            "pause",
+            "Pause",
+            "Stops generating occurrences; those already queued still run.",
+            "pause_schedule",
+            "paused",
+            versioned=True,
+        ),
+        Control(
+            "resume",
+            "Resume",
+            "Generates again; the missed policy decides the fire times it was paused over.",
+            "resume_schedule",
+            "resumed",
+            versioned=True,
+        ),
+        Control(
+            "trigger",
+            "Run now",
+            "Adds one occurrence due now (origin trigger), under the schedule's overlap "
+            "policy, even while paused; the schedule itself does not change.",
+            "trigger_schedule",
+            "triggered",
+            versioned=False,
+        ),
+    )
+}
+
+
+def _buttons(visitor: Visitor, state: str) -> list[Control]:
+    """The buttons this visitor may use on a schedule in ``state``: pause while active,
+    resume while paused (an ended one is extended by an edit), trigger in any state."""
+    shown = []
+    if visitor.may_operate and state == "active":
+        shown.append(CONTROLS["pause"])
+    if visitor.may_operate and state == "paused":
+        shown.append(CONTROLS["resume"])
+    if visitor.may_trigger:
+        shown.append(CONTROLS["trigger"])
+    return shown
+
+
+def _done_notice(
+    done: str | None, occurrence_id: str | None, state: str, recent: list[dict[str, Any]]
+) -> str | None:
+    """What the page says after a button's redirect, only while it is still true."""
+    if done == "paused" and state == "paused":
+        return "Paused: no occurrence is generated until it is resumed; queued ones still run."
+    if done == "resumed" and state == "active":
+        return (
+            "Resumed: occurrences are generated again; its missed policy decides the fire "
+            "times it was paused over."
         )
-        context = {
-            "section": "schedules",
-            "schedule": view,
-            "state": _schedule_state(view),
-            "upcoming": _upcoming(view),
-            "timeline": timeline.build(recent, now, truncated=truncated),
-            "close_up": timeline.build(recent, now, window=timeline.CLOSE_UP),
-        }
-        return _render(request, edge, "schedule.html", context, visitor)
+    if done == "triggered" and occurrence_id:
+        triggered = next((o for o in recent if o["id"] == occurrence_id), None)
+        if triggered is not None:
+            return (
+                f"Triggered: occurrence {occurrence_id} at {utc_text(triggered['occurrence_at'])} "
+                "is due now; what becomes of it is in the timeline and the decisions below."
+            )
+    return None
+
+
+def _schedule_page(
+    request: Request,
+    edge: Edge,
+    visitor: Visitor,
+    schedule_id: str,
+    *,
+    state: str | None = None,
+    cursor: str | None = None,
+    done: str | None = None,
+    occurrence: str | None = None,
+    notice: str | None = None,
+    alert: str | None = None,
+    retry_keys: dict[str, str] | None = None,
+    status: int = 200,
+) -> Response:
+    """A schedule, its timeline, its buttons and a page of its decisions (``state`` and
+    ``cursor`` as ``GET …/occurrences`` takes them)."""
+    principal = visitor.principal
+    view = schedules.get(edge.services, principal, schedule_id)
+    now = _now(edge)
+    window = _window(view, now)
+    recent, truncated = _recent_occurrences(edge, principal, schedule_id, now - window.span)
+    filters = {"state": state or None}
+    query = schedules.ListOccurrences(schedule_id, filters["state"], PAGE_SIZE, cursor)
+    listed = schedules.list_occurrences(edge.services, principal, query)
+    schedule_state = _schedule_state(view)
+    context = _list_context("schedules", listed, filters, [s.value for s in StartState], cursor) | {
+        "schedule": view,
+        "state": schedule_state,
+        "upcoming": _upcoming(view),
+        "timeline": timeline.build(recent, now, window, truncated=truncated),
+        "buttons": _buttons(visitor, schedule_state),
+        "notice": notice or _done_notice(done, occurrence, schedule_state, recent),
+        "alert": alert,
+        "retry_keys": retry_keys or {},
+    }
+    return _render(request, edge, "schedule.html", context, visitor, status)
+
+
+@router.get("/t/{tenant}/schedules/{schedule_id}")
+def schedule_page(
+    tenant: str,
+    schedule_id: str,
+    request: Request,
+    edge: EdgeDep,
+    state: str | None = None,
+    cursor: str | None = None,
+    done: str | None = None,
+    occurrence: str | None = None,
+) -> Response:
+    def build(visitor: Visitor) -> Response:
+        return _schedule_page(
+            request,
+            edge,
+            visitor,
+            schedule_id,
+            state=state,
+            cursor=cursor,
+            done=done,
+            occurrence=occurrence,
+        )
 
     return _page(request, edge, tenant, build)
+
+
+def _form_version(form: dict[str, str]) -> int:
+    value = form.get("version", "")
+    if not value.isascii() or not value.isdigit() or int(value) < 1:
+        raise BadRequest("the form's schedule version is missing or malformed; reload the page")
+    return int(value)
+
+
+def _control_mutation(
+    edge: Edge, principal: Principal, control: Control, schedule_id: str, version: int | None
+) -> Mutation:
+    """The use case the JSON route of ``control`` runs."""
+    if control.name == "trigger":
+        command = schedule_controls.TriggerSchedule(schedule_id)
+        return schedule_controls.trigger(edge.services, principal, command)
+    assert version is not None
+    enabled = control.name == "resume"
+    return schedules.set_enabled(edge.services, principal, schedule_id, version, enabled)
+
+
+def _control(
+    control: Control, tenant: str, schedule_id: str, request: Request, edge: Edge, raw: bytes
+) -> Response:
+    """Pause, resume or trigger under the key the form was rendered with (replayed if sent
+    again), then back to the schedule's page (303) with what was done."""
+
+    def build(visitor: Visitor) -> Response:
+        form, key = _keyed_form(request, edge, raw, visitor)
+        version = _form_version(form) if control.versioned else None
+        principal = visitor.principal
+        body = canonical_json({"version": version}) if version is not None else ""
+        path = {"tenant": tenant, "schedule_id": schedule_id}
+        claim = IdempotentRequest(
+            principal.tenant,
+            principal.subject,
+            key,
+            fingerprint_of("POST", control.route, path, [], body),
+        )
+        _serving(visitor, request, control.route_name, "schedule", schedule_id)
+        mutation = mutations.in_order(
+            principal,
+            tenant,
+            mutations.schedule(schedule_id),
+            lambda: _control_mutation(edge, principal, control, schedule_id, version),
+        )
+        try:
+            outcome = edge.mutations.run(claim, mutation)
+        except RecordedError as recorded:
+            code, message = _recorded_error(recorded)
+            if code == "version_conflict" and version is not None:
+                return _stale(request, edge, visitor, control, schedule_id, version)
+            return _error_page(request, edge, visitor, recorded.status, code, message)
+        except PunctualError as exc:
+            if exc.code == "version_conflict" and version is not None:
+                return _stale(request, edge, visitor, control, schedule_id, version)
+            raise
+        if outcome.status == 202:
+            notice = (
+                f"{control.label} is still being recorded; press {control.label} again "
+                "to see the outcome."
+            )
+            return _schedule_page(
+                request,
+                edge,
+                visitor,
+                schedule_id,
+                notice=notice,
+                retry_keys={control.name: key},
+                status=202,
+            )
+        return _redirect(_done_location(tenant, schedule_id, control, outcome))
+
+    return _page(request, edge, tenant, build)
+
+
+def _done_location(tenant: str, schedule_id: str, control: Control, outcome: Outcome) -> str:
+    query = f"done={control.done}"
+    if control.name == "trigger":
+        query += f"&occurrence={segment(outcome.body['id'])}"
+    return f"{PREFIX}/t/{segment(tenant)}/schedules/{segment(schedule_id)}?{query}"
+
+
+def _stale(
+    request: Request,
+    edge: Edge,
+    visitor: Visitor,
+    control: Control,
+    schedule_id: str,
+    version: int,
+) -> Response:
+    """A form of an older version of the schedule: nothing was done; the schedule as it
+    is now, with a clear word (409, as the API answers ``version_conflict``)."""
+    alert = (
+        f"Nothing was done: the schedule changed after this page showed it (at version "
+        f"{version}). Here it is as it is now; press {control.label} again if that is "
+        "still what you want."
+    )
+    return _schedule_page(request, edge, visitor, schedule_id, alert=alert, status=409)
+
+
+@router.post("/t/{tenant}/schedules/{schedule_id}/pause")
+def pause_schedule(
+    tenant: str, schedule_id: str, request: Request, edge: EdgeDep, raw: BodyDep
+) -> Response:
+    return _control(CONTROLS["pause"], tenant, schedule_id, request, edge, raw)
+
+
+@router.post("/t/{tenant}/schedules/{schedule_id}/resume")
+def resume_schedule(
+    tenant: str, schedule_id: str, request: Request, edge: EdgeDep, raw: BodyDep
+) -> Response:
+    return _control(CONTROLS["resume"], tenant, schedule_id, request, edge, raw)
+
+
+@router.post("/t/{tenant}/schedules/{schedule_id}/trigger")
+def trigger_schedule(
+    tenant: str, schedule_id: str, request: Request, edge: EdgeDep, raw: BodyDep
+) -> Response:
+    return _control(CONTROLS["trigger"], tenant, schedule_id, request, edge, raw)
 
 
 def _list_context(
@@ -571,14 +894,7 @@ def acknowledge_finding(
     """Acknowledge under the key the form was rendered with (replayed if sent again)."""
 
     def build(visitor: Visitor) -> Response:
-        form = _form(request, raw)
-        _sealer(edge).check_csrf(form.get("csrf_token"), visitor.session.csrf_binding, _now(edge))
-        key = form.get("idempotency_key", "")
-        if not valid_key(key):
-            raise BadRequest(
-                "the form's idempotency key is missing or malformed; reload the page",
-                code="idempotency_key_required",
-            )
+        _, key = _keyed_form(request, edge, raw, visitor)
         principal = visitor.principal
         path = {"tenant": tenant, "finding_id": finding_id}
         claim = IdempotentRequest(
@@ -587,34 +903,14 @@ def acknowledge_finding(
             key,
             fingerprint_of("POST", _ACKNOWLEDGE_ROUTE, path, [], ""),
         )
-        # The audit log (CR-8) names the same action as the JSON route, from this path,
-        # and the token the session signed in with.
-        audit.serving(
-            audit.AuditedRequest(
-                tenant=principal.tenant,
-                actor=principal.subject,
-                token_digest=visitor.session.token_digest,
-                action="acknowledge_finding",
-                method="POST",
-                path=request.url.path,
-                subject_kind="finding",
-                subject_id=finding_id,
-            )
-        )
+        _serving(visitor, request, "acknowledge_finding", "finding", finding_id)
         try:
             outcome = edge.mutations.run(
                 claim, health.acknowledge(edge.services, principal, finding_id)
             )
         except RecordedError as recorded:
-            error = (recorded.body or {}).get("error", {})
-            return _error_page(
-                request,
-                edge,
-                visitor,
-                recorded.status,
-                str(error.get("code", "error")),
-                str(error.get("message", "")),
-            )
+            code, message = _recorded_error(recorded)
+            return _error_page(request, edge, visitor, recorded.status, code, message)
         if outcome.status == 202:
             return _health_page(
                 request,

@@ -1,26 +1,52 @@
-"""A schedule's timeline: one mark per decision of the last 7 days, laid out for an SVG.
+"""A schedule's timeline: one mark per decision of a recent window, laid out for an SVG.
 
 The marks are read from the occurrence views that ``GET …/occurrences`` returns, so the
 picture and the API cannot disagree. Every kind has its own shape, colour and text label
 (the legend and each mark's title), so no kind is told apart by colour alone.
+
+The window follows the schedule's rhythm (``window_for``): about ``GAPS_SHOWN`` of its
+typical gaps between fires, so a schedule that fires every second shows the last half
+minute and a daily one the last month, and their marks are spread, not piled up at "now".
 """
 
 from __future__ import annotations
 
+import math
 from collections import Counter
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass
-from datetime import datetime, timedelta
+from datetime import UTC, datetime, timedelta
+from itertools import pairwise
 from typing import Any
 
 from punctual.domain.timeutil import parse_rfc3339
 
-WINDOW = timedelta(days=7)
-CLOSE_UP = timedelta(days=1)
-"""The second, closer picture: a week's marks crowd together when they are hours apart."""
+GAPS_SHOWN = 30
+"""The window holds about this many of the schedule's typical gaps between fires."""
+FIRES_MEASURED = GAPS_SHOWN + 1
+"""How many upcoming fire times the typical gap is measured on."""
+MIN_WINDOW = timedelta(seconds=30)
+MAX_WINDOW = timedelta(days=90)
+DEFAULT_WINDOW = timedelta(days=7)
+"""A schedule with no two upcoming fire times to measure (ended, or a one-off)."""
+MAX_TICKS = 8
+_UNITS = [
+    (timedelta(days=1), "day", timedelta(days=2)),
+    (timedelta(hours=1), "hour", timedelta(hours=2)),
+    (timedelta(minutes=1), "minute", timedelta(minutes=2)),
+    (timedelta(seconds=1), "second", timedelta(0)),
+]
+"""A window is a whole number of the largest unit it holds at least two of."""
+_TICK_STEPS = (
+    [timedelta(seconds=n) for n in (1, 2, 5, 10, 15, 30)]
+    + [timedelta(minutes=n) for n in (1, 2, 5, 10, 15, 30)]
+    + [timedelta(hours=n) for n in (1, 2, 3, 6, 12)]
+    + [timedelta(days=n) for n in (1, 2, 7, 14, 28)]
+)
+_EPOCH = datetime(1970, 1, 1, tzinfo=UTC)
 
 WIDTH = 960
-HEIGHT = 170
+HEIGHT = 190
 PLOT_LEFT = 150
 PLOT_RIGHT = 940
 AXIS_Y = 140
@@ -145,6 +171,61 @@ def follow_through_kind(follow_through: dict[str, Any]) -> Kind:
     return KINDS.get(name, KINDS["follow_through_no_policy"])
 
 
+def _amount(count: int, unit: str) -> str:
+    return f"{count} {unit}" + ("" if count == 1 else "s")
+
+
+@dataclass(frozen=True)
+class Window:
+    """How much of the past the picture shows, and how its axis is marked."""
+
+    span: timedelta
+    text: str
+    """The span in the unit it was rounded to: ``30 seconds``, ``24 hours``."""
+    tick: timedelta
+    """The step between two ticks of the axis: at most ``MAX_TICKS`` of them."""
+
+    @property
+    def tick_text(self) -> str:
+        """``5 seconds``, ``6 hours``, ``day``: what follows "a tick every"."""
+        size, unit, _ = next(u for u in _UNITS if self.tick % u[0] == timedelta(0))
+        count = self.tick // size
+        return unit if count == 1 else _amount(count, unit)
+
+    def tick_label(self, at: datetime) -> str:
+        """Seconds for a step under a minute; the day's date at midnight and on steps of
+        days; the time of day otherwise."""
+        if self.tick < timedelta(minutes=1):
+            return at.strftime("%H:%M:%S")
+        if self.tick >= timedelta(days=1) or (at.hour, at.minute) == (0, 0):
+            return at.strftime("%b %d")
+        return at.strftime("%H:%M")
+
+
+def typical_gap(fire_times: Sequence[datetime]) -> timedelta | None:
+    """The median gap between consecutive fire times; None with fewer than two."""
+    ordered = sorted(fire_times)
+    gaps = sorted(b - a for a, b in pairwise(ordered) if b > a)
+    if not gaps:
+        return None
+    middle = len(gaps) // 2
+    if len(gaps) % 2:
+        return gaps[middle]
+    return (gaps[middle - 1] + gaps[middle]) / 2
+
+
+def window_for(gap: timedelta | None) -> Window:
+    """About ``GAPS_SHOWN`` gaps, within ``MIN_WINDOW`` and ``MAX_WINDOW``, rounded up to
+    a whole number of seconds, minutes, hours or days; ``DEFAULT_WINDOW`` without a gap."""
+    wanted = DEFAULT_WINDOW if gap is None or gap <= timedelta(0) else gap * GAPS_SHOWN
+    wanted = min(max(wanted, MIN_WINDOW), MAX_WINDOW)
+    size, unit = next((size, unit) for size, unit, at_least in _UNITS if wanted >= at_least)
+    count = math.ceil(wanted / size)
+    span = size * count
+    tick = next((step for step in _TICK_STEPS if span / step <= MAX_TICKS), _TICK_STEPS[-1])
+    return Window(span, _amount(count, unit), tick)
+
+
 @dataclass(frozen=True)
 class Mark:
     kind: Kind
@@ -166,12 +247,11 @@ class Tick:
 
 @dataclass(frozen=True)
 class Timeline:
+    window: Window
     start: datetime
     end: datetime
     marks: list[Mark]
     ticks: list[Tick]
-    rows: list[dict[str, Any]]
-    """The occurrences shown, newest first, for the equivalent table."""
     truncated: bool
 
     @property
@@ -206,18 +286,20 @@ def in_window(occurrence: dict[str, Any], start: datetime, end: datetime) -> boo
 def build(
     occurrences: list[dict[str, Any]],
     now: datetime,
+    window: Window,
     *,
-    window: timedelta = WINDOW,
     truncated: bool = False,
 ) -> Timeline:
     """The marks of the occurrences that reach into ``(now - window, now]``."""
-    start = now - window
-    shown = [o for o in occurrences if in_window(o, start, now)]
-    shown.sort(key=lambda o: o["occurrence_at"])
+    start = now - window.span
+    # Drawn left to right, whatever order the list had.
+    shown = sorted(
+        (o for o in occurrences if in_window(o, start, now)), key=lambda o: o["occurrence_at"]
+    )
 
     def x_of(at: datetime) -> float:
         clamped = min(max(at, start), now)
-        share = (clamped - start) / window
+        share = (clamped - start) / window.span
         return round(PLOT_LEFT + share * (PLOT_RIGHT - PLOT_LEFT), 2)
 
     marks: list[Mark] = []
@@ -242,25 +324,19 @@ def build(
             marks.append(
                 Mark(ft_kind, occurrence, at, x_of(at), LANE_Y[ft_kind.lane], 0.0, ft_label)
             )
-    rows = [{**o, "kind": decision_kind(o)} for o in reversed(shown)]
-    return Timeline(start, now, marks, _ticks(start, now, x_of), rows, truncated)
+    return Timeline(window, start, now, marks, _ticks(window, start, now, x_of), truncated)
 
 
-def _ticks(start: datetime, end: datetime, x_of: Callable[[datetime], float]) -> list[Tick]:
-    """Midnights (UTC) over a week; every third hour over a day or less."""
-    step, label = (timedelta(days=1), "%b %d")
-    if end - start <= timedelta(days=1):
-        step, label = (timedelta(hours=3), "%H:%M")
-    tick = start.replace(minute=0, second=0, microsecond=0)
-    if step == timedelta(days=1):
-        tick = tick.replace(hour=0)
-    else:
-        tick = tick.replace(hour=tick.hour - tick.hour % 3)
+def _ticks(
+    window: Window, start: datetime, end: datetime, x_of: Callable[[datetime], float]
+) -> list[Tick]:
+    """Every multiple of the window's step (counted from 1970-01-01 UTC, so a step of a
+    day falls on midnights) inside the window."""
+    tick = _EPOCH + ((start - _EPOCH) // window.tick + 1) * window.tick
     ticks = []
     while tick <= end:
-        if tick > start:
-            ticks.append(Tick(x_of(tick), tick.strftime(label), tick))
-        tick += step
+        ticks.append(Tick(x_of(tick), window.tick_label(tick), tick))
+        tick += window.tick
     return ticks
 
 
