@@ -215,7 +215,9 @@ def test_a_missing_or_malformed_version_or_key_is_refused(ui: Ui) -> None:
     sid = schedule(ui)["id"]
     ui.sign_in(ui.member)
     form = controls(page_of(ui, sid).text, sid)["pause"]
-    for changes in ({"version": ""}, {"version": "two"}, {"version": "0"}, {"version": "-1"}):
+    too_long = "1" + "0" * 5000  # more digits than ``int`` parses, and than a version has
+    malformed = ("", "two", "0", "-1", "9" * 30, too_long)
+    for changes in ({"version": value} for value in malformed):
         response = ui.client.post(action(sid, "pause"), data=form | changes, follow_redirects=False)
         assert response.status_code == 400, changes
         assert "reload the page" in response.text
@@ -398,6 +400,7 @@ def test_an_undecided_button_answers_202_and_the_same_form_learns_the_outcome(
                 assert "Pause is still being recorded; press Pause again" in waiting.text
                 retry = controls(waiting.text, sid)["pause"]
                 assert retry["idempotency_key"] == form["idempotency_key"]
+                assert retry["version"] == form["version"], "the retry is the same request"
             finally:
                 holder.commit()
                 holder.close()
@@ -410,5 +413,46 @@ def test_an_undecided_button_answers_202_and_the_same_form_learns_the_outcome(
             assert again.status_code == 303
             assert stored(ui, sid)["state"] == "paused"
             assert stored(ui, sid)["version"] == 2, "decided once"
+    finally:
+        system.close()
+
+
+@pytest.mark.parametrize(
+    "regressions",
+    [["metrics.score fell"], {"metrics.score": 0.5}, [{"path": "metrics.score"}]],
+    ids=["text", "mapping", "no-numbers"],
+)
+def test_a_follow_through_of_another_shape_still_renders(
+    sqlite_url: str, tmp_path: Path, regressions: Any
+) -> None:
+    """Rows written by an older release, or by hand, are shown as far as they can be: the
+    page never fails on them."""
+    system = bootstrap.build(make_settings(sqlite_url, tmp_path))
+    try:
+        with in_process(system) as client:
+            ui = make_ui(system, client)
+            sid = schedule(ui)["id"]
+            occurrence = ui.api(ui.member).post(f"/schedules/{sid}/trigger").json()["id"]
+            record = FollowThroughRecord(
+                occurrence_id=occurrence,
+                tenant="acme",
+                schedule_id=sid,
+                run_id="run_now",
+                status="regressed",
+                reason=None,
+                previous_run_id=None,
+                regressions=regressions,
+                recorded_at=datetime.now(UTC),
+            )
+            with system.store.transaction() as tx:
+                tx.follow_through.record([record])
+            ui.sign_in(ui.member)
+            html = page_of(ui, sid).text
+            row = html[html.index(f'<tr data-occurrence-id="{occurrence}"') :]
+            row = row[: row.index("</tr>")]
+            assert "regressed" in row
+            assert "None" not in row
+            if regressions == [{"path": "metrics.score"}]:
+                assert "<code>metrics.score</code>: — → —" in row
     finally:
         system.close()

@@ -594,6 +594,7 @@ def _schedule_page(
     notice: str | None = None,
     alert: str | None = None,
     retry_keys: dict[str, str] | None = None,
+    retry_versions: dict[str, int] | None = None,
     status: int = 200,
 ) -> Response:
     """A schedule, its timeline, its buttons and a page of its decisions (``state`` and
@@ -616,6 +617,7 @@ def _schedule_page(
         "notice": notice or _done_notice(done, occurrence, schedule_state, recent),
         "alert": alert,
         "retry_keys": retry_keys or {},
+        "retry_versions": retry_versions or {},
     }
     return _render(request, edge, "schedule.html", context, visitor, status)
 
@@ -648,7 +650,9 @@ def schedule_page(
 
 def _form_version(form: dict[str, str]) -> int:
     value = form.get("version", "")
-    if not value.isascii() or not value.isdigit() or int(value) < 1:
+    # A stored version fits a 64-bit column: more digits than that is no version (and
+    # ``int`` refuses strings of thousands of digits).
+    if not value.isascii() or not value.isdigit() or len(value) > 18 or int(value) < 1:
         raise BadRequest("the form's schedule version is missing or malformed; reload the page")
     return int(value)
 
@@ -713,6 +717,7 @@ def _control(
                 schedule_id,
                 notice=notice,
                 retry_keys={control.name: key},
+                retry_versions={control.name: version} if version is not None else None,
                 status=202,
             )
         return _redirect(_done_location(tenant, schedule_id, control, outcome))
