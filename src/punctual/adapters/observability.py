@@ -47,8 +47,8 @@ log = logging.getLogger("punctual.events")
 Subscriber = Callable[[Event], None]
 
 HTTP_BUCKETS = (0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1, 2.5, 5, 7.5, 10, 30)
-"""Seconds; up to the longest bounded wait of a mutation (``api_wait_seconds`` <= 120 is
-rare: most stop at 5 s) and a little beyond."""
+"""Seconds. A mutation waits for its outcome up to ``api_wait_seconds`` (5 s by default)
+before it answers ``202``: the buckets reach past that."""
 
 
 class Metrics:
