@@ -13,6 +13,7 @@ import socket
 from collections.abc import Iterator
 from contextlib import contextmanager
 from dataclasses import dataclass, field
+from functools import partial
 from pathlib import Path
 from typing import TYPE_CHECKING, Protocol
 
@@ -52,6 +53,7 @@ from punctual.usecases.firing import driver_switch, schedule_driver
 from punctual.usecases.kernel.context import HostPolicy, Services, TenantPolicy, WorkloadClass
 from punctual.usecases.kernel.idempotency import MutationRunner
 from punctual.usecases.kernel.principals import PrincipalCache
+from punctual.usecases.running import queues
 from punctual.usecases.running.definitions import check_keys
 from punctual.usecases.tenancy import keys as codec_keys
 from punctual.usecases.tenancy.retention import RetentionPolicy
@@ -343,6 +345,7 @@ class Punctual:
             self.metrics.registry,
             max_body_bytes=self.settings.max_body_bytes,
             internal_token=token.get_secret_value() if shared and token is not None else None,
+            request_durations=self.metrics.http_requests,
         )
 
     def internal_app(self) -> FastAPI | None:
@@ -355,7 +358,10 @@ class Punctual:
 
         edge = Edge(self.services, self.mutations)
         return create_internal_app(
-            edge, token.get_secret_value(), max_body_bytes=self.settings.max_body_bytes
+            edge,
+            token.get_secret_value(),
+            max_body_bytes=self.settings.max_body_bytes,
+            request_durations=self.metrics.http_requests,
         )
 
     def start_runner(self) -> Runner:
@@ -560,6 +566,8 @@ def _assemble(
             settings.temporal.namespace,
             schedule_driver.installation_id(services),
         )
+    # The queue gauges are read from the store whenever this process is scraped.
+    metrics.watch_queues(partial(queues.queue_depths, services))
     mutations = MutationRunner(services, status_for, body_for)
     system = Punctual(
         settings,

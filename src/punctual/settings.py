@@ -190,6 +190,24 @@ class RetentionSettings(_Section):
         return self
 
 
+class LoggingSettings(_Section):
+    """What a host process (``serve``, ``worker``) writes to stderr (SPEC OP-4)."""
+
+    level: Literal["DEBUG", "INFO", "WARNING", "ERROR"] = "INFO"
+    """The least severe lines written; uvicorn's own lines stay at WARNING and above."""
+    format: Literal["text", "json"] = "text"
+    """``text``: ``time LEVEL logger event=name key=value …``; ``json``: one JSON object
+    per line, the ``key=value`` fields of an event line as keys of their own."""
+    access_log: bool = False
+    """One line per HTTP request (uvicorn's access log, logger ``uvicorn.access``), at
+    INFO, written whatever ``level`` is."""
+
+    @field_validator("level", mode="before")
+    @classmethod
+    def _any_case(cls, value: Any) -> Any:
+        return value.upper() if isinstance(value, str) else value
+
+
 class Settings(BaseSettings):
     model_config = SettingsConfigDict(
         env_prefix="PUNCTUAL_",
@@ -227,6 +245,7 @@ class Settings(BaseSettings):
     retention: RetentionSettings = Field(default_factory=RetentionSettings)
     schedules: ScheduleSettings = Field(default_factory=ScheduleSettings)
     webhooks: WebhookSettings = Field(default_factory=WebhookSettings)
+    logging: LoggingSettings = Field(default_factory=LoggingSettings)
 
     @field_validator("workload_classes", mode="before")
     @classmethod

@@ -14,6 +14,7 @@ from contextlib import asynccontextmanager
 from fastapi import FastAPI
 
 from punctual import bootstrap
+from punctual.adapters.observability import configure_logging
 from punctual.settings import load_settings
 
 CONFIG_FILE_VARIABLE = "PUNCTUAL_CONFIG_FILE"
@@ -21,6 +22,8 @@ CONFIG_FILE_VARIABLE = "PUNCTUAL_CONFIG_FILE"
 
 def create_app() -> FastAPI:
     settings = load_settings(os.environ.get(CONFIG_FILE_VARIABLE) or None)
+    # Each API process writes its own lines, as the supervising ``serve`` does.
+    configure_logging(**settings.logging.model_dump())
     system = bootstrap.build(settings)
     app = system.http_app()
 

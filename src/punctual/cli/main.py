@@ -20,6 +20,7 @@ without it.
 from __future__ import annotations
 
 import logging
+import logging.handlers
 import os
 import signal
 import socket
@@ -27,7 +28,7 @@ import sys
 import threading
 import time
 from contextlib import ExitStack
-from typing import TYPE_CHECKING, Annotated
+from typing import TYPE_CHECKING, Annotated, Any
 
 import typer
 
@@ -100,15 +101,66 @@ AppHelp = "The workflows, as module:attr (a module of the current directory work
 log = logging.getLogger("punctual")
 
 
-def _configure_logging() -> None:
-    logging.basicConfig(
-        level=logging.INFO,
-        format="%(asctime)s %(levelname)s %(name)s %(message)s",
-        stream=sys.stderr,
-    )
-    # Alembic's own INFO lines (plugins, each migration step) are noise beside punctual's
-    # event=schema_created; its warnings still show.
-    logging.getLogger("alembic").setLevel(logging.WARNING)
+def _configure_logging(config: str | None, database_url: str | None) -> Settings:
+    """The host's settings, and the process's logging as their ``[logging]`` says (SPEC
+    OP-4). A line logged while the settings load (a deprecated key) is held and written
+    after, in the configured format; if they cannot load, it goes to stderr as it is."""
+    held = logging.handlers.BufferingHandler(capacity=1000)
+    root = logging.getLogger()
+    root.addHandler(held)
+    try:
+        settings = host_settings(config, database_url)
+        root.removeHandler(held)
+        from punctual.adapters.observability import configure_logging
+
+        configure_logging(**settings.logging.model_dump())
+        return settings
+    finally:
+        root.removeHandler(held)
+        for record in held.buffer:
+            logging.getLogger(record.name).handle(record)
+
+
+def _uvicorn_logging(settings: Settings) -> dict[str, Any]:
+    """uvicorn writes through the handler ``_configure_logging`` set (no configuration of
+    its own), its access log as ``[logging] access_log`` says."""
+    return {"log_config": None, "log_level": None, "access_log": settings.logging.access_log}
+
+
+MetricsPortOpt = Annotated[
+    int | None,
+    typer.Option(
+        "--metrics-port",
+        min=0,
+        max=65535,
+        help="Serve this process's Prometheus metrics on this port (/metrics); default: off.",
+        show_default=False,
+    ),
+]
+MetricsHostOpt = Annotated[str, typer.Option("--metrics-host", help="Address of --metrics-port.")]
+
+
+def _listen_metrics(host: str, port: int | None) -> socket.socket | None:
+    """The socket of ``--metrics-port``, bound before anything starts (a port in use is
+    one line and exit 7, as ``--port``)."""
+    return None if port is None else listen(host, port, "--metrics-port")
+
+
+def _serve_metrics(system: Punctual, sock: socket.socket | None, stack: ExitStack) -> None:
+    """This process's registry on its own port, stopped before the system is closed."""
+    if sock is None:
+        return
+    from punctual.adapters.observability import MetricsServer
+
+    server = MetricsServer(sock, system.metrics.registry)
+    server.start()
+    stack.callback(server.stop)
+    host, port = server.address
+    typer.echo(f"metrics on http://{_url_host(host)}:{port}/metrics")
+
+
+def _url_host(host: str) -> str:
+    return f"[{host}]" if ":" in host else host
 
 
 @app.command()
@@ -129,18 +181,26 @@ def serve(
     workers: Annotated[
         int, typer.Option(help="API processes (with --components api only); one per core.")
     ] = 1,
+    metrics_port: MetricsPortOpt = None,
+    metrics_host: MetricsHostOpt = "127.0.0.1",
 ) -> None:
     """Run the API, the runner and a worker in one process (or the chosen components)."""
-    _configure_logging()
     wanted = {c.strip() for c in components.split(",") if c.strip()}
     unknown = wanted - {"api", "runner", "worker"}
     if unknown or not wanted:
         typer.echo(f"error: unknown component(s): {', '.join(sorted(unknown))}", err=True)
         raise typer.Exit(2)
+    if workers > 1 and metrics_port is not None:
+        typer.echo(
+            "error: --metrics-port serves one process's metrics; with --workers each API "
+            "process serves its own on --port (/metrics)",
+            err=True,
+        )
+        raise typer.Exit(2)
+    settings = _configure_logging(config, database_url)
     if workers > 1:
-        _serve_api_processes(config, database_url, host, port, workers, wanted, dev_token)
+        _serve_api_processes(settings, config, database_url, host, port, workers, wanted, dev_token)
         return
-    settings = host_settings(config, database_url)
     with ExitStack() as sockets:
         # The configuration, the ports and the engine are checked before the database is
         # touched, the cheapest first; each refusal is one line (SPEC OP-1).
@@ -148,6 +208,9 @@ def serve(
         internal = _listen_internal(settings) if api is not None else None
         if internal is not None:
             sockets.enter_context(internal)
+        metrics = _listen_metrics(metrics_host, metrics_port)
+        if metrics is not None:
+            sockets.enter_context(metrics)
         from punctual import bootstrap
 
         if wanted & {"runner", "worker"}:
@@ -158,6 +221,7 @@ def serve(
             system.start_worker(app_ref)
         if "runner" in wanted:
             system.start_runner()
+        _serve_metrics(system, metrics, sockets)
         if api is not None:
             import uvicorn
 
@@ -168,7 +232,9 @@ def serve(
                 _serve_internal(system, internal)
             typer.echo(f"punctual is serving on http://{host}:{port}")
             server = uvicorn.Server(
-                uvicorn.Config(system.http_app(), host=host, port=port, log_level="warning")
+                uvicorn.Config(
+                    system.http_app(), host=host, port=port, **_uvicorn_logging(settings)
+                )
             )
             server.run(sockets=[api])
             if not server.started:  # the app's own startup failed (uvicorn logged it)
@@ -178,6 +244,7 @@ def serve(
 
 
 def _serve_api_processes(
+    settings: Settings,
     config: str | None,
     database_url: str | None,
     host: str,
@@ -191,7 +258,6 @@ def _serve_api_processes(
     if wanted != {"api"}:
         typer.echo("error: --workers needs --components api", err=True)
         raise typer.Exit(2)
-    settings = host_settings(config, database_url)
     with ExitStack() as sockets:
         api = sockets.enter_context(listen(host, port, "--port"))
         internal = _listen_internal(settings)
@@ -223,7 +289,7 @@ def _serve_api_processes(
             host=host,
             port=port,
             workers=workers,
-            log_level="warning",
+            **_uvicorn_logging(settings),
         )
         Multiprocess(processes, sockets=[api]).run()
 
@@ -245,7 +311,9 @@ def _serve_internal(system: Punctual, sock: socket.socket) -> None:
     internal = system.internal_app()
     assert internal is not None, "internal_listen is set, so is internal_token"
     host, port = sock.getsockname()[:2]
-    server = uvicorn.Server(uvicorn.Config(internal, host=host, port=port, log_level="warning"))
+    server = uvicorn.Server(
+        uvicorn.Config(internal, host=host, port=port, **_uvicorn_logging(system.settings))
+    )
     thread = threading.Thread(
         target=server.run, kwargs={"sockets": [sock]}, name="punctual-internal", daemon=True
     )
@@ -291,20 +359,26 @@ def worker(
         list[str] | None, typer.Option("--task-queue", help="Queue(s) to serve; default all.")
     ] = None,
     slots: Annotated[int | None, typer.Option(help="Runs executed at once.")] = None,
+    metrics_port: MetricsPortOpt = None,
+    metrics_host: MetricsHostOpt = "127.0.0.1",
 ) -> None:
     """Run a worker alone: it registers its definitions and executes runs."""
-    _configure_logging()
     if engine not in (None, "local", "temporal"):
         typer.echo(f"error: --engine must be local or temporal, not {engine!r}", err=True)
         raise typer.Exit(2)
-    settings = host_settings(config, database_url)
+    settings = _configure_logging(config, database_url)
     if engine is not None and engine != settings.engine:
         settings = settings.model_copy(update={"engine": engine})
     from punctual import bootstrap
 
-    bootstrap.check_engine(settings)
-    with assembled(settings) as system:
+    with ExitStack() as stack:
+        metrics = _listen_metrics(metrics_host, metrics_port)
+        if metrics is not None:
+            stack.enter_context(metrics)
+        bootstrap.check_engine(settings)
+        system = stack.enter_context(assembled(settings))
         system.start_worker(app_ref, task_queue, slots)
+        _serve_metrics(system, metrics, stack)
         typer.echo(f"worker {system.workers[0].id} started")
         _wait_for_signal()
 

@@ -81,9 +81,13 @@ class Sweeper(RunnerThread):
         while not self._stop.is_set():
             try:
                 report = self.sweep_once()
-                if any(report.removed.values()):
+                removed = any(report.removed.values())
+                if removed:
                     self._after_pass(report)
-                log.info(
+                # A sweep that found nothing to remove is said at DEBUG: an idle runner
+                # writes no line on a timer (SPEC OP-4).
+                log.log(
+                    logging.INFO if removed or not report.complete else logging.DEBUG,
                     "event=sweep_done batches=%d removed=%d complete=%s",
                     report.batches,
                     sum(report.removed.values()),

@@ -92,6 +92,11 @@ class LocalWorker:
         self._starts: list[tuple[RunClaim, datetime, float]] = []
         """Bodies that began and whose ``started_at`` is not recorded yet (with the
         monotonic time they began)."""
+        self._began: dict[str, float] = {}
+        """Per run whose body runs here, the monotonic time it began: its duration goes
+        with its outcome (the one line of its end)."""
+        self._durations: dict[RunClaim, float] = {}
+        """How long the bodies of outcomes not recorded yet ran."""
         self._renew_by: dict[str, float] = {}
         """Per run, the monotonic time by which its lease must have been renewed again,
         or its body is stopped (the lease may expire soon after)."""
@@ -467,12 +472,16 @@ class LocalWorker:
             run = self._running.get(run_id)
             if run is None:
                 return
-            self._starts.append((run.claim, self._services.clock.now(), time.monotonic()))
+            began = time.monotonic()
+            self._starts.append((run.claim, self._services.clock.now(), began))
+            self._began[run_id] = began
         self._outcome_ready.set()
 
     def _finished(self, outcome: Outcome) -> None:
         """Called by the pool's monitor: hand the outcome to the recorder, never wait."""
         with self._lock:
+            now = time.monotonic()
+            began = self._began.pop(outcome.run_id, None)
             fenced = (outcome.run_id, outcome.attempt)
             if fenced in self._fenced:
                 self._fenced.discard(fenced)
@@ -481,7 +490,9 @@ class LocalWorker:
             if run is None or run.attempt != outcome.attempt:
                 return  # an earlier attempt's body, stopped when the run came back here
             self._outcomes.append((run, outcome))
-            self._finishes.append(time.monotonic())
+            if began is not None:
+                self._durations[run.claim] = now - began
+            self._finishes.append(now)
         self._outcome_ready.set()
 
     def _record_loop(self) -> None:
@@ -538,9 +549,13 @@ class LocalWorker:
         self, batch: list[tuple[ClaimedRun, Outcome]], began: dict[RunClaim, datetime]
     ) -> bool:
         """Record a batch in one transaction; False (all kept) when the store is down."""
+        with self._lock:
+            durations = [self._durations.get(run.claim) for run, _ in batch]
         finished = [
-            execution.Finished(run, RunState(o.state), o.result, o.error, began.get(run.claim))
-            for run, o in batch
+            execution.Finished(
+                run, RunState(o.state), o.result, o.error, began.get(run.claim), duration
+            )
+            for (run, o), duration in zip(batch, durations, strict=True)
         ]
         try:
             recorded = execution.finish_runs(self._services, self.id, finished)
@@ -598,6 +613,8 @@ class LocalWorker:
         with self._lock:
             self._outcomes = [item for item in self._outcomes if item[0].claim not in done]
             self._starts = [s for s in self._starts if s[0] not in done]
+            for claim in done:
+                self._durations.pop(claim, None)
             for claim in done:
                 current = self._running.get(claim.run_id)
                 if current is not None and current.claim == claim:

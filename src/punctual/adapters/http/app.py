@@ -28,6 +28,7 @@ from punctual.adapters.http.routes import (
     tenant,
     webhooks,
 )
+from punctual.adapters.http.timing import Observer, RequestTiming
 from punctual.resources import Liveness, Readiness
 from punctual.usecases.tenancy import health
 
@@ -88,9 +89,12 @@ def create_app(
     *,
     max_body_bytes: int = 1_048_576,
     internal_token: str | None = None,
+    request_durations: Observer | None = None,
 ) -> FastAPI:
     """The API; with ``internal_token``, the host's ``/internal`` tree too (without one,
-    or when the tree is served on its own address, ``/internal/…`` is ``404``)."""
+    or when the tree is served on its own address, ``/internal/…`` is ``404``). With
+    ``request_durations`` (a histogram labelled method, route, status), every request is
+    timed."""
     app = FastAPI(
         title="punctual",
         version=punctual.__version__,
@@ -154,11 +158,23 @@ def create_app(
     app.add_middleware(BodyLimit, max_bytes=max_body_bytes)
     # Installed last, so its security headers wrap every /ui answer, the body limit's 413s too.
     ui.install(app)
+    _timed(app, request_durations)
     return app
 
 
+def _timed(app: FastAPI, request_durations: Observer | None) -> None:
+    """Outermost of the middleware (added last): a request refused on its way in is
+    timed too."""
+    if request_durations is not None:
+        app.add_middleware(RequestTiming, histogram=request_durations, routes=app.routes)
+
+
 def create_internal_app(
-    edge: Edge, internal_token: str, *, max_body_bytes: int = 1_048_576
+    edge: Edge,
+    internal_token: str,
+    *,
+    max_body_bytes: int = 1_048_576,
+    request_durations: Observer | None = None,
 ) -> FastAPI:
     """The ``/internal`` tree alone, for its own listen address (``internal_listen``):
     every other path is ``404``."""
@@ -172,6 +188,7 @@ def create_internal_app(
     errors.install(app)
     app.mount(internal.PREFIX, internal.internal_tree(edge, internal_token), name="internal")
     app.add_middleware(BodyLimit, max_bytes=max_body_bytes)
+    _timed(app, request_durations)
     return app
 
 

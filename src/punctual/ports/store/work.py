@@ -126,6 +126,10 @@ class Starts(Protocol):
     def count_due(self, now: datetime) -> int:
         """Starts (occurrences included) that are due and still ``scheduled``."""
 
+    def due_backlog(self, now: datetime) -> tuple[int, datetime | None]:
+        """The starts ``count_due`` counts, and the earliest ``due_at`` among them (None
+        when there are none), read together in one statement (the queue gauges)."""
+
     def earliest_due(self, now: datetime) -> datetime | None:
         """When the next pending start comes due, on the clock whose present is ``now``;
         a lease expiry (on the store's clock) counts as due, moved onto that clock."""
@@ -182,6 +186,11 @@ class Runs(Protocol):
 
     def count_unfinished(self, workflow: str, version: str) -> int:
         """Runs of that version that are pending or running, across all tenants."""
+
+    def pending_by_queue(self) -> dict[str, tuple[int, datetime]]:
+        """Task queue -> (runs ``pending`` on it, the earliest time one of them was queued),
+        across all tenants, in one grouped statement; a queue without pending runs is
+        absent (the queue gauges)."""
 
     def count_active_of_schedule(self, schedule_id: str) -> int:
         """The schedule's runs that are not terminal yet (pending or running)."""

@@ -84,7 +84,10 @@ def reconcile(services: Services, *, orphan_grace: timedelta = ORPHAN_GRACE) -> 
         driver_skips.record_page(services, list(schedules), views, skips)
     removed = settled + _remove_ghosts(services, live, orphan_grace)
     report = ReconcileReport(checked, ensured, removed, orphans)
-    log.info(
+    changed = ensured or removed or orphans or skips.overlap or skips.missed or skips.dst_skipped
+    # A sweep that changed nothing is said at DEBUG: no line on a timer while all is well.
+    log.log(
+        logging.INFO if changed else logging.DEBUG,
         "event=reconciled %s skipped_overlap=%d skipped_missed=%d skipped_dst=%d",
         " ".join(f"{k}={v}" for k, v in report.as_dict().items()),
         skips.overlap,

@@ -133,6 +133,24 @@ class Finished:
     error: dict[str, Any] | None
     started_at: datetime | None = None
     """When the body began, if that is not recorded yet."""
+    duration_seconds: float | None = None
+    """How long the body ran, as the worker measured it (None: it never began)."""
+
+
+def run_ended(
+    tenant: str,
+    run_id: str,
+    state: RunState,
+    attempt: int,
+    workflow: str,
+    duration_seconds: float | None = None,
+) -> Event:
+    """``run.<state>``, the one event, and so the one log line, of a run's recorded end
+    (SPEC OP-4): whichever worker or sync recorded it emits it, once."""
+    data: dict[str, Any] = {"attempt": attempt, "workflow": workflow}
+    if duration_seconds is not None:
+        data["duration_ms"] = round(duration_seconds * 1000, 1)
+    return Event(f"run.{state.value}", tenant, run_id, data)
 
 
 def finish_runs(services: Services, worker_id: str, finished: Sequence[Finished]) -> list[bool]:
@@ -159,8 +177,11 @@ def finish_runs(services: Services, worker_id: str, finished: Sequence[Finished]
         services.on_runs_ended()  # their follow-through, in this process
     for f, ok in zip(finished, recorded, strict=True):
         if ok:
+            run = f.run
             services.events.emit(
-                Event(f"run.{f.state.value}", f.run.tenant, f.run.id, {"attempt": f.run.attempt})
+                run_ended(
+                    run.tenant, run.id, f.state, run.attempt, run.workflow, f.duration_seconds
+                )
             )
     return recorded
 
@@ -212,6 +233,7 @@ def not_storable(finished: Finished, exc: Exception) -> Finished:
             outcome=finished.state.value,
         ),
         finished.started_at,
+        finished.duration_seconds,
     )
 
 

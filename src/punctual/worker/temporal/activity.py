@@ -57,10 +57,10 @@ from punctual.adapters.executor import Assignment, Outcome, SlotPool
 from punctual.domain.runs import RunErrorCode, RunState, run_error
 from punctual.errors import ConfigurationError, Unavailable
 from punctual.ports.codec import InputKeyUnknown, InputUndecryptable
-from punctual.ports.events import Event
 from punctual.ports.records import RunRecord
 from punctual.ports.store import OutcomeRefused
 from punctual.usecases.kernel.context import Services
+from punctual.usecases.running.execution import run_ended
 
 log = logging.getLogger("punctual.worker.temporal")
 
@@ -126,6 +126,9 @@ class RunExecutor:
         self._start_writes: dict[str, asyncio.Task[None]] = {}
         """Per run, the write of its current attempt's ``started_at`` (awaited before the
         outcome is recorded, so the outcome never lands first)."""
+        self._began: dict[str, float] = {}
+        """Per run whose body runs here, the monotonic time it began (the pool's monitor
+        thread writes it): its duration goes with its outcome."""
 
     def start(self, loop: asyncio.AbstractEventLoop) -> None:
         """Spawn the slot processes (blocking: each imports the app)."""
@@ -163,6 +166,8 @@ class RunExecutor:
         try:
             outcome, canceled_by_temporal = await self._run_body(record, attempt, payload)
         finally:
+            began = self._began.pop(record.id, None)
+            duration = None if began is None else time.monotonic() - began
             current = self._attempts.get(record.id) == attempt
             if current:
                 del self._attempts[record.id]
@@ -172,7 +177,7 @@ class RunExecutor:
         error = coded_outcome_error(outcome.state, outcome.error)
         if current:
             state = RunState(outcome.state)
-            if not await self._record(record, attempt, state, outcome.result, error):
+            if not await self._record(record, attempt, state, outcome.result, error, duration):
                 self._unstorable(record.id)
         return self._answer(outcome.state, outcome.result, error, canceled_by_temporal)
 
@@ -417,9 +422,13 @@ class RunExecutor:
         state: RunState,
         result: Any,
         error: dict[str, Any] | None,
+        duration_seconds: float | None = None,
     ) -> bool:
         """Record the outcome (best effort); False when the store refused it, in which case
-        the run is recorded ``failed`` with ``result_not_storable`` instead (FT-3)."""
+        the run is recorded ``failed`` with ``result_not_storable`` instead (FT-3). A
+        recorded end is logged once, as its event (``run.<state>``); one the store did not
+        take (ended or recorded meanwhile, or the store is down: the sync records it from
+        Temporal) is said at DEBUG."""
         now = self._now()
         try:
             recorded = await self._store(
@@ -435,11 +444,17 @@ class RunExecutor:
             refused = False
         if recorded:
             self._services.events.emit(
-                Event(f"run.{state.value}", record.tenant, record.id, {"attempt": attempt})
+                run_ended(
+                    record.tenant, record.id, state, attempt, record.workflow, duration_seconds
+                )
             )
-        log.info(
-            "event=run_%s run=%s attempt=%d recorded=%s", state.value, record.id, attempt, recorded
-        )
+        else:
+            log.debug(
+                "event=run_outcome_not_recorded run=%s attempt=%d state=%s",
+                record.id,
+                attempt,
+                state.value,
+            )
         return not refused
 
     async def _store(self, call: Callable[..., Any], *args: Any) -> bool:
@@ -457,6 +472,7 @@ class RunExecutor:
 
     def _on_started(self, run_id: str) -> None:
         log.debug("event=run_body_started run=%s", run_id)
+        self._began[run_id] = time.monotonic()
         now = self._now()
         loop = self._loop
         if loop is not None and not loop.is_closed():

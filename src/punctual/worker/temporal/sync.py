@@ -40,10 +40,10 @@ from punctual.adapters.engines.temporal.ledger import RunLedger, StoreRunLedger
 from punctual.domain.runs import RunErrorCode, RunState, run_error
 from punctual.errors import Unavailable
 from punctual.ports.engine import RunOrder
-from punctual.ports.events import Event
 from punctual.ports.records import RunRecord
 from punctual.ports.store import OutcomeRefused
 from punctual.usecases.kernel.context import Services
+from punctual.usecases.running.execution import run_ended
 
 log = logging.getLogger("punctual.sync.temporal")
 
@@ -200,9 +200,7 @@ def _apply(
         report.finished.append(record.id)
         if observation.undecodable:
             report.undecodable.append(record.id)
-        services.events.emit(
-            Event(f"run.{state.value}", record.tenant, record.id, {"attempt": attempts})
-        )
+        services.events.emit(run_ended(record.tenant, record.id, state, attempts, record.workflow))
 
 
 def _lose(services: Services, ledger: RunLedger, record: RunRecord, report: SyncReport) -> None:
@@ -215,7 +213,7 @@ def _lose(services: Services, ledger: RunLedger, record: RunRecord, report: Sync
     if ledger.finish(record.id, RunState.FAILED, record.attempts, None, error, now):
         report.lost.append(record.id)
         services.events.emit(
-            Event("run.failed", record.tenant, record.id, {"attempt": record.attempts})
+            run_ended(record.tenant, record.id, RunState.FAILED, record.attempts, record.workflow)
         )
 
 

@@ -120,6 +120,16 @@ class SqlRuns:
         )
         return int(self._conn.execute(query).scalar_one())
 
+    def pending_by_queue(self) -> dict[str, tuple[int, datetime]]:
+        """One grouped read of the pending rows alone (``ix_runs_pending`` is partial)."""
+        queued = sa.func.coalesce(_r.queued_at, _r.created_at)
+        query = (
+            sa.select(_r.task_queue, sa.func.count(), sa.func.min(queued))
+            .where(_r.state == RunState.PENDING.value)
+            .group_by(_r.task_queue)
+        )
+        return {queue: (int(count), oldest) for queue, count, oldest in self._conn.execute(query)}
+
     def count_active_of_schedule(self, schedule_id: str) -> int:
         query = sa.select(sa.func.count()).where(
             _r.schedule_id == schedule_id, _r.state.in_(_ACTIVE)

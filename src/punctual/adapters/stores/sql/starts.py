@@ -635,6 +635,14 @@ class SqlStarts:
         )
         return int(self._conn.execute(query).scalar_one())
 
+    def due_backlog(self, now: datetime) -> tuple[int, datetime | None]:
+        """``count_due`` and the earliest due time among those starts, on ``ix_starts_due``."""
+        query = sa.select(sa.func.count(), sa.func.min(_s.due_at)).where(
+            _s.state == StartState.SCHEDULED.value, _s.due_at <= now
+        )
+        count, earliest = self._conn.execute(query).one()
+        return int(count), earliest
+
     def earliest_due(self, now: datetime) -> datetime | None:
         """When, on the caller's clock (``now`` is its present), the next pending start
         comes due; a lease expiry counts as due. Leases run on the store's clock, so their
