@@ -6,16 +6,21 @@ SQLite and PostgreSQL."""
 from __future__ import annotations
 
 import secrets
+import threading
+import time
 from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
 from fastapi.testclient import TestClient
+from prometheus_client.metrics_core import Metric
 from prometheus_client.parser import text_string_to_metric_families
 from prometheus_client.samples import Sample
 
 from punctual import bootstrap
 from punctual.adapters.http.timing import UNMATCHED
+from punctual.adapters.observability import QueueGauges
+from punctual.usecases.running.queues import QUEUE_READ_LOCK_TIMEOUT, QueueDepths
 from punctual.usecases.scheduled.dispatch import dispatch_due
 from tests.conftest import make_settings
 from tests.support.api import echo_start, in_process, live_worker, member_api
@@ -130,6 +135,51 @@ def test_the_queue_gauges_are_left_out_while_the_store_cannot_be_read(
     families = scrape(client)
     assert "punctual_due_backlog" not in families
     assert "process_cpu_seconds" in families, "the rest of the page is served"
+
+
+@pytest.mark.postgres
+def test_a_scrape_behind_a_lock_answers_without_the_queue_gauges(
+    pg_url: str, tmp_path: Path
+) -> None:
+    """A migration or an operator holding a table lock must not hang ``/metrics`` (or the
+    pool's connections): the read gives up after its bound, the rest is served."""
+    system = bootstrap.build(make_settings(pg_url, tmp_path))
+    try:
+        with in_process(system) as client, system.store.engine.connect() as holder:
+            holder.exec_driver_sql("LOCK TABLE runs IN ACCESS EXCLUSIVE MODE")  # autobegun
+            began = time.monotonic()
+            families = scrape(client)
+            waited = time.monotonic() - began
+            holder.rollback()
+            assert "punctual_due_backlog" not in families
+            assert "process_cpu_seconds" in families
+            assert waited < QUEUE_READ_LOCK_TIMEOUT + 10, "bounded by the lock timeout"
+            assert "punctual_due_backlog" in scrape(client), "read again once the lock is gone"
+    finally:
+        system.close()
+
+
+def test_one_scrape_reads_the_store_at_a_time() -> None:
+    """A scrape that comes while another still reads leaves the gauges out at once."""
+    reading, release = threading.Event(), threading.Event()
+
+    def slow_read() -> QueueDepths:
+        reading.set()
+        assert release.wait(10)
+        return QueueDepths(due_starts=3, due_oldest_seconds=1.0)
+
+    gauges = QueueGauges(slow_read)
+    first: list[Metric] = []
+    worker = threading.Thread(target=lambda: first.extend(gauges.collect()))
+    worker.start()
+    try:
+        assert reading.wait(10)
+        assert list(gauges.collect()) == [], "the second scrape does not wait"
+    finally:
+        release.set()
+        worker.join(10)
+    assert first[0].name == "punctual_due_backlog"
+    assert first[0].samples[0].value == 3
 
 
 def test_the_internal_tree_is_timed_under_its_mount(database_url: str, tmp_path: Path) -> None:

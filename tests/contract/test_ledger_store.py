@@ -232,7 +232,7 @@ def test_runs_of_the_engine_hold_no_lease_that_lease_recovery_could_take(
     run_id = insert_run(store)
     assert mark_running(store, run_id, 1)
     with store.transaction() as tx:
-        assert tx.runs.release_lost(at(86_400), max_attempts=1) == (0, 0)
+        assert tx.runs.release_lost(at(86_400), max_attempts=1) == (0, [])
     with store.transaction(readonly=True) as tx:
         assert tx.run_ledger.flags(run_id) == (RunState.RUNNING, False)
 

@@ -32,6 +32,7 @@ from punctual.ports.records import (
     RunClaim,
     RunFilter,
     StartFilter,
+    StoreEndedRun,
     WorkerRecord,
 )
 
@@ -1090,7 +1091,7 @@ def test_each_claim_of_a_run_is_a_new_attempt(store: SqlStore) -> None:
         with store.transaction() as tx:
             [claim] = tx.runs.claim_pending("wrk-a", QUEUES, LOADED, 1, EXPIRED, now)
             attempts.append(claim.attempt)
-            assert tx.runs.release_lost(now + timedelta(seconds=1), max_attempts=10) == (1, 0)
+            assert tx.runs.release_lost(now + timedelta(seconds=1), max_attempts=10) == (1, [])
     assert attempts == [1, 2, 3]
     with store.transaction(readonly=True) as tx:
         run = tx.runs.get(TENANT, run_id)
@@ -1243,8 +1244,8 @@ def test_release_lost_requeues_running_runs_whose_lease_expired(store: SqlStore)
     [alive] = insert_runs(store, new_run())
     assert claim_runs(store, "wrk-b", lease_seconds=60) == [alive]
     with store.transaction() as tx:
-        assert tx.runs.release_lost(at(11), max_attempts=3) == (1, 0)
-        assert tx.runs.release_lost(at(11), max_attempts=3) == (0, 0)
+        assert tx.runs.release_lost(at(11), max_attempts=3) == (1, [])
+        assert tx.runs.release_lost(at(11), max_attempts=3) == (0, [])
         requeued = tx.runs.get(TENANT, lost)
         running = tx.runs.get(TENANT, alive)
     assert requeued is not None
@@ -1260,13 +1261,14 @@ def test_release_lost_requeues_running_runs_whose_lease_expired(store: SqlStore)
 
 def test_release_lost_fails_a_run_after_max_attempts(store: SqlStore) -> None:
     [run_id] = insert_runs(store, new_run())
-    results: list[tuple[int, int]] = []
+    results: list[tuple[int, list[StoreEndedRun]]] = []
     for round_ in range(2):
         now = at(100 * round_)
         claim_runs(store, now=now, lease_seconds=EXPIRED)
         with store.transaction() as tx:
             results.append(tx.runs.release_lost(now + timedelta(seconds=11), max_attempts=2))
-    assert results == [(1, 0), (0, 1)]
+    failed = StoreEndedRun(TENANT, run_id, new_run().workflow, 2, "failed")
+    assert results == [(1, []), (0, [failed])]
     with store.transaction(readonly=True) as tx:
         run = tx.runs.get(TENANT, run_id)
     assert run is not None
@@ -1284,9 +1286,9 @@ def test_renew_leases_keeps_a_run_from_being_released(store: SqlStore) -> None:
         assert tx.runs.renew_leases([RunClaim(run_id, "wrk-a/0")], 1000, at(1)) == set()
         assert tx.runs.renew_leases([RunClaim(run_id, "wrk-a/1")], 60, at(1)) == {run_id}
         assert tx.runs.renew_leases([], 60, at(1)) == set()
-        assert tx.runs.release_lost(at(30), max_attempts=3) == (0, 0)
+        assert tx.runs.release_lost(at(30), max_attempts=3) == (0, [])
         assert tx.runs.renew_leases([RunClaim(run_id, "wrk-a/1")], EXPIRED, at(1)) == {run_id}
-        assert tx.runs.release_lost(at(2), max_attempts=3) == (1, 0)
+        assert tx.runs.release_lost(at(2), max_attempts=3) == (1, [])
 
 
 def test_time_out_pending_ends_runs_no_worker_picked_up(store: SqlStore) -> None:
@@ -1295,7 +1297,8 @@ def test_time_out_pending_ends_runs_no_worker_picked_up(store: SqlStore) -> None
     [stale] = insert_runs(store, new_run(), now=T0)
     [young] = insert_runs(store, new_run(), now=at(100))
     with store.transaction() as tx:
-        assert tx.runs.time_out_pending(at(50), at(200), 50.0) == 1
+        ended = tx.runs.time_out_pending(at(50), at(200), 50.0)
+        assert [(run.id, run.state) for run in ended] == [(stale, "timed_out")]
         runs = [tx.runs.get(TENANT, run_id) for run_id in (stale, young, running)]
     assert [run.state for run in runs if run] == [
         RunState.TIMED_OUT,

@@ -381,7 +381,10 @@ def test_a_metrics_port_in_use_is_one_line_and_exit_7(tmp_path: Path) -> None:
             "worker", "--app", "punctual.demo:app", "--metrics-port", port, cwd=tmp_path
         )
         serve = run_cli("serve", "--components", "runner", "--metrics-port", port, cwd=tmp_path)
-    for answer in (worker, serve):
+    # The API's own port: both sockets are this process's, and still one is refused.
+    api_port = str(free_port())
+    same = run_cli("serve", "--port", api_port, "--metrics-port", api_port, cwd=tmp_path)
+    for answer in (worker, serve, same):
         assert answer.returncode == 7, answer
         (line,) = answer.stderr.strip().splitlines()
         assert "address_in_use" in line and "--metrics-port" in line, line

@@ -12,11 +12,15 @@ import logging
 import time
 import uuid
 from collections.abc import Iterator
+from datetime import UTC, datetime, timedelta
 from pathlib import Path
 
 import pytest
+import sqlalchemy as sa
 
 from punctual import bootstrap
+from punctual.adapters.stores.sql import tables
+from punctual.usecases.running.execution import reap
 from tests.api.test_starts_on_temporal import temporal_settings
 from tests.conftest import make_settings
 from tests.integration.test_worker_runs import finished, run_id_of, start_now, wait_for
@@ -39,7 +43,9 @@ def end_lines(caplog: pytest.LogCaptureFixture, run_id: str) -> list[str]:
     return [r.getMessage() for r in lines_about(caplog, run_id) if r.getMessage().startswith(ends)]
 
 
-def the_one_end_line(caplog: pytest.LogCaptureFixture, run_id: str, state: str) -> str:
+def the_one_end_line(
+    caplog: pytest.LogCaptureFixture, run_id: str, state: str, attempt: int = 1
+) -> str:
     deadline = time.monotonic() + WAIT_SECONDS
     while not end_lines(caplog, run_id) and time.monotonic() < deadline:
         time.sleep(0.05)
@@ -47,7 +53,7 @@ def the_one_end_line(caplog: pytest.LogCaptureFixture, run_id: str, state: str) 
     assert len(said) == 1, "\n".join(r.getMessage() for r in lines_about(caplog, run_id))
     (line,) = said
     assert line.startswith(f"event=run.{state} tenant=acme subject={run_id} "), line
-    assert " workflow=" in line and "attempt=1" in line, line
+    assert " workflow=" in line and f"attempt={attempt}" in line, line
     return line
 
 
@@ -95,3 +101,53 @@ def test_a_temporal_run_s_end_is_one_line(
     finally:
         system.close()
     assert " workflow=echo" in completed and " duration_ms=" in completed
+
+
+@pytest.fixture
+def one_slot(sqlite_url: str, tmp_path: Path) -> Iterator[tuple[bootstrap.Punctual, Api]]:
+    """A runner and a worker of one slot: while a run holds it, the next runs wait."""
+    settings = make_settings(
+        sqlite_url, tmp_path, runner={"max_idle_seconds": 0.2}, worker={"slots": 1}
+    )
+    system = bootstrap.build(settings)
+    try:
+        system.start_worker(APP_REF)
+        system.start_runner()
+        with in_process(system) as client:
+            yield system, member_api(system, client)
+    finally:
+        system.close()
+
+
+def test_runs_the_store_ends_have_their_one_line_too(
+    one_slot: tuple[bootstrap.Punctual, Api], caplog: pytest.LogCaptureFixture
+) -> None:
+    """Canceled before a worker took it, terminated, or timed out waiting for a worker: no
+    worker records these ends, so the process that does says the line."""
+    system, api = one_slot
+    caplog.set_level(logging.INFO, logger="punctual")
+    busy = run_id_of(api, start_now(api, "sleep", {"seconds": 60}))
+    wait_for(api, busy, lambda run: run["state"] == "running", timeout=WAIT_SECONDS)
+    waiting, abandoned = (
+        run_id_of(api, start_now(api, "echo", {"message": name})) for name in ("a", "b")
+    )
+    assert api.post(f"/runs/{waiting}/cancel").json()["state"] == "canceled"
+    assert " workflow=echo" in the_one_end_line(caplog, waiting, "canceled", attempt=0)
+
+    # Waiting longer than the pending timeout, without waiting that long.
+    with system.store.engine.begin() as conn:
+        conn.execute(
+            sa.update(tables.runs)
+            .where(tables.runs.c.id == abandoned)
+            .values(queued_at=datetime.now(UTC) - timedelta(days=1))
+        )
+    assert reap(system.services).timed_out == 1
+    assert api.get(f"/runs/{abandoned}").json()["state"] == "timed_out"
+    assert " workflow=echo" in the_one_end_line(caplog, abandoned, "timed_out", attempt=0)
+
+    assert api.post(f"/runs/{busy}/terminate").json()["state"] == "terminated"
+    assert " workflow=sleep" in the_one_end_line(caplog, busy, "terminated")
+    # Asked again, an ended run changes nothing and says nothing more.
+    assert api.post(f"/runs/{waiting}/cancel").status_code == 200
+    assert api.post(f"/runs/{busy}/terminate").status_code == 200
+    assert len(end_lines(caplog, waiting)) == len(end_lines(caplog, busy)) == 1

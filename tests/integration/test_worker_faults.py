@@ -346,11 +346,11 @@ def test_the_reaper_ends_runs_past_their_execution_timeout_whoever_renews_them(
         assert tx.runs.renew_leases([claim], 3600, datetime.now(UTC)) == {run_id}
     _claimed_ago(system, run_id, 89)
     with system.store.transaction() as tx:
-        assert tx.runs.time_out_running(datetime.now(UTC), 30) == 0
+        assert tx.runs.time_out_running(datetime.now(UTC), 30) == []
     assert get_run(system, run_id).state is RunState.RUNNING
     _claimed_ago(system, run_id, 91)
     with system.store.transaction() as tx:
-        assert tx.runs.time_out_running(datetime.now(UTC), 30) == 1
+        assert len(tx.runs.time_out_running(datetime.now(UTC), 30)) == 1
     run = get_run(system, run_id)
     assert run.state is RunState.TIMED_OUT
     assert run.error is not None and run.error["code"] == "timed_out"
@@ -367,7 +367,7 @@ def test_a_reaper_whose_clock_runs_ahead_ends_nothing_early_on_postgresql(
         run_id = insert_run(built, "echo", {"message": "x"}, timeout_seconds=60)
         _claim(built, datetime.now(UTC) - timedelta(minutes=10))
         with built.store.transaction() as tx:
-            assert tx.runs.time_out_running(datetime.now(UTC) + timedelta(minutes=10), 30) == 0
+            assert tx.runs.time_out_running(datetime.now(UTC) + timedelta(minutes=10), 30) == []
         assert get_run(built, run_id).state is RunState.RUNNING
     finally:
         built.close()
@@ -390,7 +390,7 @@ def test_leases_are_timed_by_the_database_clock_on_postgresql(
         assert abs(lease_until - (datetime.now(UTC) + timedelta(seconds=30))) < timedelta(
             seconds=10
         )
-        assert released == (0, 0)  # the database says the lease still runs
+        assert released == (0, [])  # the database says the lease still runs
     else:  # one machine, one clock: the process's
         assert lease_until == skewed + timedelta(seconds=30)
-        assert released == (1, 0)
+        assert released == (1, [])

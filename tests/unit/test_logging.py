@@ -69,6 +69,21 @@ def test_an_event_line_s_fields_become_typed_keys() -> None:
         "error": None,
     }
     assert event_fields("idle slot process 12 exited (exit code=255)") == {}
+    # A field that names something stays text, so each key has one type in every line.
+    assert event_fields("event=run.completed tenant=2024 subject=42 workflow=7 attempt=1") == {
+        "event": "run.completed",
+        "tenant": "2024",
+        "subject": "42",
+        "workflow": "7",
+        "attempt": 1,
+    }
+    # The line's own field comes first; the same name inside a later value is text of it.
+    spoofed = "event=readiness_failed tenant=acme detail=bad thing tenant=other event=spoofed"
+    assert event_fields(spoofed) == {
+        "event": "readiness_failed",
+        "tenant": "acme",
+        "detail": "bad thing tenant=other event=spoofed",
+    }
     # A field named like one of the line's own keys does not overwrite it.
     assert event_fields("event=x level=3 message=hi") == {
         "event": "x",

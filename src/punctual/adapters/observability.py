@@ -127,21 +127,31 @@ class Metrics:
 class QueueGauges(Collector):
     """The queue gauges, read from the store at scrape time: every process reports the
     same installation-wide values (aggregate them with ``max``, not ``sum``). When the
-    store cannot be read, they are absent from that scrape and the rest is served."""
+    store cannot be read, they are absent from that scrape and the rest is served.
+
+    One read at a time per process: a scrape that comes while another still reads leaves
+    the gauges out rather than wait, so scrapers that retry against a slow database never
+    hold more than one of the pool's connections."""
 
     def __init__(self, read: Callable[[], QueueDepths]) -> None:
         self._read = read
+        self._reading = threading.Lock()
 
     def describe(self) -> Iterator[Metric]:
         # The names only: registering must not read the store.
         return iter(self._families())
 
     def collect(self) -> Iterator[Metric]:
+        if not self._reading.acquire(blocking=False):
+            log.debug("event=queue_gauges_unread error=another scrape is reading them")
+            return iter(())
         try:
             depths = self._read()
         except Exception as exc:
             log.debug("event=queue_gauges_unread error=%s", exc)
             return iter(())
+        finally:
+            self._reading.release()
         due, due_age, pending, pending_age = self._families()
         due.add_metric([], depths.due_starts)
         due_age.add_metric([], depths.due_oldest_seconds)
@@ -260,19 +270,42 @@ _INT = re.compile(r"-?\d+")
 _FLOAT = re.compile(r"-?\d+\.\d+(?:[eE][-+]?\d+)?")
 
 
+_NAMES = frozenset(
+    {
+        "event", "tenant", "subject", "run", "start", "schedule", "occurrence", "worker",
+        "runner", "process", "engine", "workflow", "version", "key", "delivery", "webhook",
+        "queue", "task_queue", "driver", "host", "method", "path", "artifact", "name",
+    }
+)  # fmt: skip
+"""Fields that name something: always text in JSON, whatever they look like (a tenant
+called ``2024`` is a string in every line, so a log store maps the field once)."""
+
+
 def event_fields(message: str) -> dict[str, Any]:
     """The ``key=value`` fields of an event line (``event=name key=value …``): a value runs
     to the next `` key=``, so it may hold spaces (``note=back this file up``). Numbers,
-    booleans and ``None`` become JSON's. A line that is not an event's gives nothing."""
+    booleans and ``None`` become JSON's, except in fields that name something. The first
+    field of a name wins: text inside a later value (an error's message that reads
+    ``tenant=x``) never replaces the line's own. A line that is not an event's gives
+    nothing."""
     if not message.startswith("event="):
         return {}
-    found = list(_FIELD.finditer(message))
-    fields: dict[str, Any] = {}
-    for i, match in enumerate(found):
-        end = found[i + 1].start() if i + 1 < len(found) else len(message)
+    kept: list[tuple[str, re.Match[str]]] = []
+    for match in _FIELD.finditer(message):
         key = match.group(1)
-        fields[f"{key}_" if key in _RESERVED else key] = _typed(message[match.end() : end].strip())
+        key = f"{key}_" if key in _RESERVED else key
+        if key not in {name for name, _ in kept}:
+            kept.append((key, match))
+    fields: dict[str, Any] = {}
+    for i, (key, match) in enumerate(kept):
+        end = kept[i + 1][1].start() if i + 1 < len(kept) else len(message)
+        value = message[match.end() : end].strip()
+        fields[key] = value if _names_something(key) else _typed(value)
     return fields
+
+
+def _names_something(key: str) -> bool:
+    return key in _NAMES or key.endswith("_id")
 
 
 def _typed(value: str) -> Any:

@@ -82,13 +82,18 @@ class Commands(TyperGroup):
 
 
 def listen(host: str, port: int, setting: str) -> socket.socket:
-    """A socket bound to ``host:port``, as uvicorn binds its own (SO_REUSEADDR, IPv6 for
-    an address with a colon), or ``AddressInUse`` naming ``setting``."""
+    """A socket bound to ``host:port`` and listening, as uvicorn binds its own
+    (SO_REUSEADDR, IPv6 for an address with a colon), or ``AddressInUse`` naming
+    ``setting``."""
     family = socket.AF_INET6 if ":" in host else socket.AF_INET
     sock = socket.socket(family, socket.SOCK_STREAM)
     sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
     try:
         sock.bind((host, port))
+        # Listening now, not when the server starts: two sockets of this process bound to
+        # one address with SO_REUSEADDR (``--metrics-port`` equal to ``--port``) both bind,
+        # and only the second ``listen`` says the address is in use.
+        sock.listen(socket.SOMAXCONN)
     except OSError as exc:
         sock.close()
         if exc.errno == errno.EADDRINUSE:

@@ -229,6 +229,18 @@ class AttemptOutcome:
 
 
 @dataclass(frozen=True)
+class StoreEndedRun:
+    """A run the store ended itself, no worker having recorded its outcome (timed out,
+    failed after lost workers): what its one end line names (SPEC OP-4)."""
+
+    tenant: str
+    id: str
+    workflow: str
+    attempts: int
+    state: str
+
+
+@dataclass(frozen=True)
 class RunFlags:
     id: str
     state: str

@@ -33,6 +33,7 @@ from punctual.ports.records import (
     RunSignal,
     StartFilter,
     StoredOccurrence,
+    StoreEndedRun,
 )
 
 
@@ -260,15 +261,18 @@ class Runs(Protocol):
         had moved on). A worker records a batch of outcomes at once, with the start of
         each body whose start it had not recorded yet."""
 
-    def release_lost(self, now: datetime, max_attempts: int) -> tuple[int, int]:
+    def release_lost(self, now: datetime, max_attempts: int) -> tuple[int, list[StoreEndedRun]]:
         """Runs whose lease expired (by the store's clock): requeue as a new attempt
-        without a claim, fail (``worker_lost``) after ``max_attempts``."""
+        without a claim, fail (``worker_lost``) after ``max_attempts``. Returns how many
+        were requeued, and the runs failed."""
 
-    def time_out_running(self, now: datetime, grace_seconds: float) -> int:
+    def time_out_running(self, now: datetime, grace_seconds: float) -> list[StoreEndedRun]:
         """Running runs claimed longer ago than their execution timeout plus
         ``grace_seconds`` end ``timed_out``, whether or not their lease is renewed."""
 
-    def time_out_pending(self, queued_before: datetime, now: datetime, timeout: float) -> int:
+    def time_out_pending(
+        self, queued_before: datetime, now: datetime, timeout: float
+    ) -> list[StoreEndedRun]:
         """Pending runs queued (created, or requeued after a lost worker) before the cutoff
         end ``timed_out``."""
 

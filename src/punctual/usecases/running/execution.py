@@ -252,7 +252,8 @@ class ReapReport:
 
 
 def reap(services: Services) -> ReapReport:
-    """Recover runs of lost workers and end runs no worker picked up in time."""
+    """Recover runs of lost workers and end runs no worker picked up in time; each run the
+    store ends here gets its one end line, as a worker's would."""
     policy = services.policy
     now = services.clock.now()
     pending_cutoff = now - timedelta(seconds=policy.pending_timeout_seconds)
@@ -267,4 +268,8 @@ def reap(services: Services) -> ReapReport:
     services.events.emit(Event("dispatch.backlog", "*", "runner", {"due": backlog}))
     if failed or timed_out:
         services.on_runs_ended()  # their follow-through, in this process
-    return ReapReport(requeued, failed, timed_out)
+    for run in [*failed, *timed_out]:
+        services.events.emit(
+            run_ended(run.tenant, run.id, RunState(run.state), run.attempts, run.workflow)
+        )
+    return ReapReport(requeued, len(failed), len(timed_out))

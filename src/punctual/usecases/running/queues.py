@@ -2,7 +2,9 @@
 
 Read when the metrics are scraped, on any process: one read-only transaction of two
 statements (due starts, pending runs per task queue), each on a partial index that holds
-only the waiting rows, so a scrape costs the same however long the history is.
+only the waiting rows, so a scrape costs the same however long the history is. The read
+gives up after ``QUEUE_READ_LOCK_TIMEOUT`` behind a lock, and the gauges are then left out
+of that scrape.
 """
 
 from __future__ import annotations
@@ -28,9 +30,14 @@ class QueueDepths:
     """Task queue -> how long its oldest pending run has waited (0 when none): pickup lag."""
 
 
+QUEUE_READ_LOCK_TIMEOUT = 1.0
+"""How long a scrape's read waits behind a lock (a migration's, an operator's) before it
+gives up: a scrape must answer within the scraper's timeout, gauges or not."""
+
+
 def queue_depths(services: Services) -> QueueDepths:
     now = services.clock.now()
-    with services.store.transaction(readonly=True) as tx:
+    with services.store.transaction(readonly=True, lock_timeout=QUEUE_READ_LOCK_TIMEOUT) as tx:
         due, earliest = tx.starts.due_backlog(now)
         pending = tx.runs.pending_by_queue()
     queues = {cls.task_queue for cls in services.policy.workload_classes.values()} | set(pending)

@@ -30,6 +30,7 @@ from punctual.usecases.kernel.context import Services
 from punctual.usecases.kernel.idempotency import IN_PROGRESS_BODY, Answer, Mutation, Outcome
 from punctual.usecases.kernel.paging import check_choice, check_limit, decode_cursor, page
 from punctual.usecases.kernel.projections import run_view
+from punctual.usecases.running.execution import run_ended
 
 log = logging.getLogger("punctual.runs")
 
@@ -123,15 +124,26 @@ def _stop(
         if isinstance(run, Outcome):
             return run
         follow = None
+        changed = run
         if not run.finished:
             record(tx, now)
+            changed = _load(tx, principal, run_id)
             tell_engine = partial(_tell_engine, tell, what, principal.tenant, run_id)
+            # Terminated, or canceled before a worker took it: recorded here, not by a
+            # worker, so its one end line is said here (a running run's cancel is only a
+            # request; its worker records the end).
+            ended = changed if changed.finished else None
 
             def follow() -> None:
                 services.on_runs_ended()  # a run it ended: its follow-through, here
+                if ended is not None:
+                    services.events.emit(
+                        run_ended(
+                            ended.tenant, ended.id, ended.state, ended.attempts, ended.workflow
+                        )
+                    )
                 tell_engine()
 
-        view = run_view(_load(tx, principal, run_id))
-        return Outcome(Answer.DONE, view, resource_id=run_id, after_commit=follow)
+        return Outcome(Answer.DONE, run_view(changed), resource_id=run_id, after_commit=follow)
 
     return mutation

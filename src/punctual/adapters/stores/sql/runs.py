@@ -39,6 +39,7 @@ from punctual.ports.records import (
     RunClaim,
     RunFilter,
     RunFlags,
+    StoreEndedRun,
 )
 
 _r = t.runs.c
@@ -423,10 +424,10 @@ class SqlRuns:
         )
         return set(recorded.scalars())
 
-    def release_lost(self, now: datetime, max_attempts: int) -> tuple[int, int]:
+    def release_lost(self, now: datetime, max_attempts: int) -> tuple[int, list[StoreEndedRun]]:
         """Runs whose worker's lease expired: retry as a new attempt, or fail after too many.
 
-        Returns (requeued, failed).
+        Returns how many were requeued, and the runs failed.
         """
         expired = sa.and_(
             _r.state == RunState.RUNNING.value, _r.lease_until < store_now(self._conn, now)
@@ -452,7 +453,7 @@ class SqlRuns:
         ).rowcount
         return requeued, failed
 
-    def time_out_running(self, now: datetime, grace_seconds: float) -> int:
+    def time_out_running(self, now: datetime, grace_seconds: float) -> list[StoreEndedRun]:
         """Backstop of WF-7: running runs claimed more than their execution timeout plus
         ``grace_seconds`` ago end ``timed_out``, whoever still renews their lease (a lost
         hand-off, a worker that stopped enforcing). Their worker sees the state in its
@@ -470,7 +471,9 @@ class SqlRuns:
             now,
         )
 
-    def time_out_pending(self, queued_before: datetime, now: datetime, timeout: float) -> int:
+    def time_out_pending(
+        self, queued_before: datetime, now: datetime, timeout: float
+    ) -> list[StoreEndedRun]:
         """Runs waiting in the queue since before ``queued_before`` end ``timed_out`` (WF-7),
         including runs requeued after a lost worker that no worker picks up again."""
         return self._end(
@@ -488,17 +491,21 @@ class SqlRuns:
         code: RunErrorCode,
         message: str,
         now: datetime,
-    ) -> int:
+    ) -> list[StoreEndedRun]:
         """End the runs ``where`` matches as the store decided, no worker having recorded
-        an outcome: why in their error, no lease left (a pending run holds none); how many."""
+        an outcome: why in their error, no lease left (a pending run holds none); which."""
         ended = (
             sa.update(t.runs)
             .where(*where)
             .values(
                 state=state.value, ended_at=now, lease_until=None, error=run_error(code, message)
             )
+            .returning(_r.tenant, _r.id, _r.workflow, _r.attempts)
         )
-        count = self._conn.execute(ended).rowcount
-        if count:
+        runs = [
+            StoreEndedRun(row.tenant, row.id, row.workflow, row.attempts, state.value)
+            for row in self._conn.execute(ended)
+        ]
+        if runs:
             notify(self._conn, ENDED_CHANNEL)  # the follow-through, in whichever process
-        return int(count)
+        return runs

@@ -630,16 +630,12 @@ class SqlStarts:
 
     def count_due(self, now: datetime) -> int:
         """Starts and occurrences due and waiting for dispatch (the backlog gauge)."""
-        query = sa.select(sa.func.count()).where(
-            _s.state == StartState.SCHEDULED.value, _s.due_at <= now
-        )
+        query = sa.select(sa.func.count()).where(*_due_waiting(now))
         return int(self._conn.execute(query).scalar_one())
 
     def due_backlog(self, now: datetime) -> tuple[int, datetime | None]:
         """``count_due`` and the earliest due time among those starts, on ``ix_starts_due``."""
-        query = sa.select(sa.func.count(), sa.func.min(_s.due_at)).where(
-            _s.state == StartState.SCHEDULED.value, _s.due_at <= now
-        )
+        query = sa.select(sa.func.count(), sa.func.min(_s.due_at)).where(*_due_waiting(now))
         count, earliest = self._conn.execute(query).one()
         return int(count), earliest
 
@@ -656,3 +652,20 @@ class SqlStarts:
         expiry = None if lease is None else now + (lease - store_time)
         candidates = [c for c in (scheduled, expiry) if c is not None]
         return min(candidates) if candidates else None
+
+
+_DUE_INDEX_STATES: list[sa.ColumnElement[str]] = [
+    sa.literal_column(f"'{state}'") for state in ("scheduled", "dispatching")
+]
+"""``ix_starts_due``'s predicate, as constants: SQLite uses a partial index only for a query
+whose terms imply its ``WHERE`` literally, never through a bound parameter."""
+
+
+def _due_waiting(now: datetime) -> list[sa.ColumnElement[bool]]:
+    """Due and not claimed yet, in terms that reach ``ix_starts_due`` on both dialects
+    (a read of the waiting rows, not of the history)."""
+    return [
+        _s.state.in_(_DUE_INDEX_STATES),
+        _s.state == StartState.SCHEDULED.value,
+        _s.due_at <= now,
+    ]
