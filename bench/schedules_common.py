@@ -116,10 +116,12 @@ def insert_schedules(system: Any, plan: IntervalSchedules) -> float:
 
 def verify_schedules(system: Any, plan: IntervalSchedules) -> None:
     """Read every schedule back through the store port (spec, policy, cursor parse)."""
-    seen, after = 0, 0
+    from punctual.ports.records import Order, Seek
+
+    seen, after = 0, None
     with system.services.store.transaction(readonly=True) as tx:
         while True:
-            page = tx.schedules.find(TENANT, after, 1000)
+            page = tx.schedules.find(TENANT, Seek(1000, after, Order.OLDEST))
             if not page:
                 break
             for seq, schedule in page:
@@ -132,7 +134,7 @@ def verify_schedules(system: Any, plan: IntervalSchedules) -> None:
         raise AssertionError(f"inserted {plan.count} schedules, read back {seen}")
     # One input decrypts to what was sealed (the codec's associated data is the tenant).
     with system.services.store.transaction(readonly=True) as tx:
-        first = tx.schedules.find(TENANT, 0, 1)[0][1]
+        first = tx.schedules.find(TENANT, Seek(1, order=Order.OLDEST))[0][1]
         sealed = tx.schedules.input_of(first.id)
     payload = system.services.codec.decrypt(sealed, TENANT)
     assert payload == {"message": f"{plan.name_prefix} 0"}, payload

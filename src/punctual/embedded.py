@@ -126,6 +126,9 @@ class Scheduler(AbstractContextManager["Scheduler"]):
         return starts.get(self.system.services, self.principal, start_id)
 
     def list_starts(self, **filters: Any) -> dict[str, Any]:
+        """A page of one-off starts, newest first: ``state``, ``workflow``,
+        ``business_request_id``, ``limit``, ``cursor``, ``order`` (``"oldest"``) as
+        ``starts.ListStarts`` takes them."""
         return starts.list_starts(
             self.system.services, self.principal, starts.ListStarts(**filters)
         )
@@ -237,10 +240,23 @@ class Scheduler(AbstractContextManager["Scheduler"]):
     def get_schedule(self, schedule_id: str) -> dict[str, Any]:
         return schedules.get(self.system.services, self.principal, schedule_id)
 
-    def list_schedules(self, limit: int = 50, cursor: str | None = None) -> dict[str, Any]:
-        return schedules.list_schedules(self.system.services, self.principal, limit, cursor)
+    def list_schedules(
+        self,
+        limit: int = 50,
+        cursor: str | None = None,
+        *,
+        source: str | None = None,
+        order: str | None = None,
+    ) -> dict[str, Any]:
+        """A page of live schedules, newest first unless ``order="oldest"``."""
+        return schedules.list_schedules(
+            self.system.services, self.principal, limit, cursor, source, order
+        )
 
     def list_occurrences(self, schedule_id: str, **filters: Any) -> dict[str, Any]:
+        """A page of the schedule's occurrences, newest first: ``state``, ``origin``,
+        ``start`` and ``end`` (``[start, end)``), ``limit``, ``cursor``, ``order`` as
+        ``schedules.ListOccurrences`` takes them."""
         query = schedules.ListOccurrences(schedule_id, **filters)
         return schedules.list_occurrences(self.system.services, self.principal, query)
 
@@ -310,6 +326,12 @@ class Scheduler(AbstractContextManager["Scheduler"]):
 
     def get_run(self, run_id: str) -> dict[str, Any]:
         return runs.get(self.system.services, self.principal, run_id)
+
+    def list_runs(self, **filters: Any) -> dict[str, Any]:
+        """A page of runs, newest first: ``workflow``, ``state``, ``schedule_id``,
+        ``origin``, ``origin_id``, ``limit``, ``cursor``, ``order`` as ``runs.ListRuns``
+        takes them."""
+        return runs.list_runs(self.system.services, self.principal, runs.ListRuns(**filters))
 
     def cancel_run(self, run_id: str) -> dict[str, Any]:
         return self._mutate(runs.cancel(self.system.services, self.principal, run_id))

@@ -338,7 +338,7 @@ def test_next_fire_times_are_empty_while_paused(alice: Api) -> None:
     assert len(resumed.json()["next_fire_times"]) == 5
 
 
-def test_list_schedules_pages_by_stable_order(alice: Api, bob: Api) -> None:
+def test_list_schedules_pages_newest_first(alice: Api, bob: Api) -> None:
     ids = [create(alice, interval_body(f"s{i}"))["id"] for i in range(5)]
     seen: list[str] = []
     cursor = None
@@ -352,7 +352,7 @@ def test_list_schedules_pages_by_stable_order(alice: Api, bob: Api) -> None:
         cursor = page["next_cursor"]
         if cursor is None:
             break
-    assert seen == ids
+    assert seen == ids[::-1]
     error_of(bob.get("/schedules", limit=0), 422, "validation_error")
     error_of(bob.get("/schedules", limit=101), 422, "validation_error")
 
@@ -607,7 +607,7 @@ def test_occurrences_list_filters_by_state_and_pages(
         assert instant(item["scheduled_at"]) >= instant(item["occurrence_at"])
         assert item["dst_adjustment"] is None
     assert [item["occurrence_at"] for item in everything] == [
-        z(first + timedelta(minutes=i)) for i in range(12)
+        z(first + timedelta(minutes=i)) for i in reversed(range(12))
     ]
     assert len({item["id"] for item in everything}) == 12
 

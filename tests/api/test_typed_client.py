@@ -492,3 +492,45 @@ def test_waiting_for_a_start_and_a_run_and_iterating_every_page(server: Server) 
             assert sorted(found) == sorted(made)
 
     asyncio.run(scenario())
+
+
+def test_lists_take_an_order_and_members_are_listed(server: Server) -> None:
+    """Every list method takes ``order``; ``iterate`` keeps it through the cursor;
+    ``list_members`` is the admins' (sync and async)."""
+    with server.client() as client:
+        made = [
+            client.create_start(**start_fields(business_request_id=f"o-{n}")).id for n in range(3)
+        ]
+        assert [s.id for s in client.list_starts().items] == made[::-1]
+        assert [s.id for s in client.list_starts(order="oldest").items] == made
+        assert [s.id for s in iterate(client.list_starts, order="oldest", limit=2)] == made
+        assert [s.id for s in iterate(client.list_starts, limit=2)] == made[::-1]
+        first = client.list_starts(order="oldest", limit=1)
+        with pytest.raises(InvalidRequestError) as turned:
+            client.list_starts(cursor=first.next_cursor, order="newest")
+        assert turned.value.code == "invalid_cursor"
+        with pytest.raises(InvalidRequestError) as bad:
+            client.list_runs(order="sideways")
+        assert bad.value.code == "validation_error"
+
+        client.add_member(subject="bob", role="viewer")
+        page = client.list_members()
+        assert isinstance(page, resources.MemberPage)
+        assert [m.subject for m in page.items][:1] == ["bob"]
+        roles = {m.subject: m.role for m in page.items}
+        assert (roles["bob"], roles["admin"]) == ("viewer", "admin")
+        assert [m.subject for m in client.list_members(order="oldest").items][-1] == "bob"
+        assert [m.subject for m in iterate(client.list_members, limit=1)] == [
+            m.subject for m in page.items
+        ]
+    with server.client(server.member) as member, pytest.raises(PermissionDeniedError):
+        member.list_members()
+
+    async def scenario() -> None:
+        async with AsyncPunctualClient(server.url, server.admin, TENANT) as client:
+            listed = [m.subject async for m in aiterate(client.list_members, order="oldest")]
+            assert listed[-1] == "bob" and len(listed) == len(page.items)
+            oldest = await client.list_starts(order="oldest", limit=3)
+            assert [s.id for s in oldest.items] == made
+
+    asyncio.run(scenario())

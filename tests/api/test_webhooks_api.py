@@ -285,12 +285,12 @@ def test_a_replayed_create_answers_the_same_and_creates_one(admin: Api, receiver
     error_of(other, 409, "idempotency_key_reused")
 
 
-def test_the_list_pages_in_creation_order(admin: Api, receiver: Receiver) -> None:
+def test_the_list_pages_newest_first(admin: Api, receiver: Receiver) -> None:
     made = [create(admin, receiver.url)["id"] for _ in range(3)]
     first = admin.get("/webhooks", limit=2).json()
-    assert [h["id"] for h in first["items"]] == made[:2]
+    assert [h["id"] for h in first["items"]] == made[:0:-1]
     rest = admin.get("/webhooks", limit=2, cursor=first["next_cursor"]).json()
-    assert [h["id"] for h in rest["items"]] == made[2:]
+    assert [h["id"] for h in rest["items"]] == made[:1]
     assert rest["next_cursor"] is None
 
 

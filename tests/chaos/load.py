@@ -508,8 +508,9 @@ class LoadThread(threading.Thread):
         if schedule_id is None:
             return
         state = self.rng.choice(["scheduled", "buffered"])
+        # The oldest ones: the next to be dispatched, so a cancel races the runner.
         listed = self.client.get(
-            f"/schedules/{schedule_id}/occurrences?state={state}&limit=5", tag=tag
+            f"/schedules/{schedule_id}/occurrences?state={state}&limit=5&order=oldest", tag=tag
         )
         items = listed.answer.get("items", []) if isinstance(listed.answer, dict) else []
         if listed.status != 200 or not items:

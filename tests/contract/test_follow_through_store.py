@@ -32,6 +32,8 @@ from punctual.ports.records import (
     NewRun,
     NewSchedule,
     NewWebhook,
+    Order,
+    Seek,
 )
 
 T0 = datetime(2026, 12, 3, 12, 0, tzinfo=UTC)
@@ -39,6 +41,7 @@ TENANT = "acme"
 OTHER_TENANT = "globex"
 INPUT = EncryptedInput("k1", b"\x00sealed\xff")
 QUEUE = "default"
+OLDEST = Order.OLDEST
 
 
 def at(seconds: float) -> datetime:
@@ -539,7 +542,7 @@ def test_notifications_are_the_recipients_own_newest_first(store: SqlStore) -> N
         tx.notifications.insert([note("bob"), note(tenant=OTHER_TENANT), mine[2]], at(2))
 
     with store.transaction(readonly=True) as tx:
-        found = tx.notifications.find(TENANT, "alice", unread_only=False, before_seq=None, limit=10)
+        found = tx.notifications.find(TENANT, "alice", unread_only=False, at=Seek(10))
         foreign = tx.notifications.get(TENANT, "bob", mine[0].id)
     assert [n.id for n in found] == [mine[2].id, mine[1].id, mine[0].id]
     assert foreign is None
@@ -560,14 +563,17 @@ def test_notifications_page_with_a_cursor(store: SqlStore) -> None:
     with store.transaction() as tx:
         tx.notifications.insert(notes, T0)
     with store.transaction(readonly=True) as tx:
-        first = tx.notifications.find(TENANT, "alice", unread_only=False, before_seq=None, limit=2)
+        first = tx.notifications.find(TENANT, "alice", unread_only=False, at=Seek(2))
         second = tx.notifications.find(
-            TENANT, "alice", unread_only=False, before_seq=first[-1].seq, limit=2
+            TENANT, "alice", unread_only=False, at=Seek(2, first[-1].seq)
         )
-        last = tx.notifications.find(
-            TENANT, "alice", unread_only=False, before_seq=second[-1].seq, limit=2
+        last = tx.notifications.find(TENANT, "alice", unread_only=False, at=Seek(2, second[-1].seq))
+        oldest = tx.notifications.find(TENANT, "alice", unread_only=False, at=Seek(3, None, OLDEST))
+        rest = tx.notifications.find(
+            TENANT, "alice", unread_only=False, at=Seek(3, oldest[-1].seq, OLDEST)
         )
     assert [n.id for n in first + second + last] == [n.id for n in reversed(notes)]
+    assert [n.id for n in oldest + rest] == [n.id for n in notes]
 
 
 def test_mark_read_is_idempotent_and_the_unread_filter_hides_read_ones(
@@ -584,9 +590,7 @@ def test_mark_read_is_idempotent_and_the_unread_filter_hides_read_ones(
     assert marked.read_at == again.read_at == at(5)
 
     with store.transaction(readonly=True) as tx:
-        unread_only = tx.notifications.find(
-            TENANT, "alice", unread_only=True, before_seq=None, limit=10
-        )
+        unread_only = tx.notifications.find(TENANT, "alice", unread_only=True, at=Seek(10))
         still_unread = tx.notifications.get(TENANT, "alice", unread.id)
     assert [n.id for n in unread_only] == [unread.id]
     assert still_unread is not None and still_unread.read_at is None
@@ -668,10 +672,12 @@ def test_find_pages_live_webhooks_and_a_deleted_one_is_gone(store: SqlStore) -> 
         assert not tx.webhooks.delete(OTHER_TENANT, ids[0], at(2))
         assert tx.webhooks.update(TENANT, ids[1], at(3), events=[]) is None
     with store.transaction(readonly=True) as tx:
-        first = tx.webhooks.find(TENANT, 0, 1)
-        rest = tx.webhooks.find(TENANT, first[-1].seq, 10)
+        first = tx.webhooks.find(TENANT, Seek(1, None, OLDEST))
+        rest = tx.webhooks.find(TENANT, Seek(10, first[-1].seq, OLDEST))
+        newest = tx.webhooks.find(TENANT, Seek(10))
         assert tx.webhooks.get(TENANT, ids[1]) is None
     assert [hook.id for hook in first + rest] == [ids[0], ids[2]]
+    assert [hook.id for hook in newest] == [ids[2], ids[0]]
 
 
 def test_subscribed_filters_by_event_and_an_empty_list_means_every_kind(
@@ -837,7 +843,7 @@ def test_a_deleted_webhooks_pending_deliveries_fail_and_are_never_claimed(
         assert tx.webhooks.delete(TENANT, webhook_id, at(1))
         # The deliverer that held one reports after the delete: nothing is recorded.
         assert tx.webhooks.settle([outcome(claimed_before, token)], at(2)) == set()
-        found = {d.id: d for d in tx.webhooks.deliveries(TENANT, webhook_id, None, 10)}
+        found = {d.id: d for d in tx.webhooks.deliveries(TENANT, webhook_id, Seek(10))}
         assert tx.webhooks.count_failed(TENANT) == 0  # nobody needs to act on these
     assert {d.status for d in found.values()} == {"failed"}
     assert {d.last_error for d in found.values()} == {"the webhook was deleted"}
@@ -850,11 +856,14 @@ def test_deliveries_list_newest_first_with_a_cursor(store: SqlStore) -> None:
     ids = [enqueue(store, webhook_id, at(i)) for i in range(3)]
     enqueue(store, other)
     with store.transaction(readonly=True) as tx:
-        first = tx.webhooks.deliveries(TENANT, webhook_id, None, 2)
-        rest = tx.webhooks.deliveries(TENANT, webhook_id, first[-1].seq, 2)
-        assert tx.webhooks.deliveries(OTHER_TENANT, webhook_id, None, 10) == []
+        first = tx.webhooks.deliveries(TENANT, webhook_id, Seek(2))
+        rest = tx.webhooks.deliveries(TENANT, webhook_id, Seek(2, first[-1].seq))
+        oldest = tx.webhooks.deliveries(TENANT, webhook_id, Seek(2, None, OLDEST))
+        later = tx.webhooks.deliveries(TENANT, webhook_id, Seek(2, oldest[-1].seq, OLDEST))
+        assert tx.webhooks.deliveries(OTHER_TENANT, webhook_id, Seek(10)) == []
         assert tx.webhooks.get_delivery(TENANT, other, ids[0]) is None
     assert [d.id for d in first + rest] == list(reversed(ids))
+    assert [d.id for d in oldest + later] == ids
 
 
 def test_redeliver_sends_the_same_event_again_as_a_new_pending_delivery(

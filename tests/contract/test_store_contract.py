@@ -13,6 +13,7 @@ from collections import Counter
 from collections.abc import Callable
 from datetime import UTC, datetime, timedelta
 from pathlib import Path
+from typing import Any
 
 import pytest
 import sqlalchemy as sa
@@ -29,8 +30,10 @@ from punctual.ports.records import (
     LiveToken,
     NewRun,
     NewStart,
+    Order,
     RunClaim,
     RunFilter,
+    Seek,
     StartFilter,
     StoreEndedRun,
     WorkerRecord,
@@ -44,6 +47,7 @@ CREATED = T0 - timedelta(hours=1)
 """When the starts of a test were accepted (before any of them comes due)."""
 LOADED = [("report", "v1")]
 QUEUES = ["default"]
+OLDEST = Order.OLDEST
 
 
 def at(seconds: float) -> datetime:
@@ -96,14 +100,22 @@ def new_run(
     run_id: str | None = None,
     origin_id: str | None = None,
     started_by: str = "alice",
+    schedule_id: str | None = None,
 ) -> NewRun:
+    origin: dict[str, Any] = {"source": "scheduled_start", "id": origin_id or new_id("st")}
+    if schedule_id is not None:
+        origin = {
+            "source": "schedule",
+            "id": origin_id or new_id("occ"),
+            "schedule_id": schedule_id,
+        }
     return NewRun(
         id=run_id or new_id("run"),
         tenant=tenant,
         workflow=workflow,
         definition_version=version,
         artifact="artifact-1",
-        origin={"source": "scheduled_start", "id": origin_id or new_id("st")},
+        origin=origin,
         started_by=started_by,
         input=INPUT,
         task_queue=queue,
@@ -225,6 +237,30 @@ def test_upsert_member_adds_then_changes_role(store: SqlStore) -> None:
         assert tx.identity.member_role(OTHER_TENANT, "alice") is None
 
 
+def test_members_page_by_when_they_joined_either_way(store: SqlStore) -> None:
+    with store.transaction() as tx:
+        # Two members joined in the same instant: the subject orders them.
+        for subject, joined in (("carol", T0), ("alice", at(1)), ("bob", at(1)), ("dave", at(2))):
+            tx.identity.upsert_member(TENANT, subject, Role.MEMBER, joined)
+        tx.identity.upsert_member(OTHER_TENANT, "erin", Role.ADMIN, at(3))
+        tx.identity.upsert_member(TENANT, "carol", Role.ADMIN, at(9))  # keeps its place
+
+    def walk(order: Order) -> list[str]:
+        seen: list[str] = []
+        after: tuple[datetime, str] | None = None
+        with store.transaction(readonly=True) as tx:
+            while page := tx.identity.members(TENANT, Seek(3, after, order)):
+                seen.extend(member.subject for member in page)
+                after = (page[-1].created_at, page[-1].subject)
+        return seen
+
+    assert walk(Order.NEWEST) == ["dave", "bob", "alice", "carol"]
+    assert walk(OLDEST) == ["carol", "alice", "bob", "dave"]
+    with store.transaction(readonly=True) as tx:
+        [carol] = tx.identity.members(TENANT, Seek(1, None, OLDEST))
+    assert (carol.tenant, carol.role, carol.created_at) == (TENANT, Role.ADMIN, T0)
+
+
 def test_remove_member(store: SqlStore) -> None:
     with store.transaction() as tx:
         tx.identity.upsert_member(TENANT, "alice", Role.MEMBER, T0)
@@ -309,9 +345,12 @@ def test_list_tokens_pages_by_seq_within_tenant(store: SqlStore) -> None:
     ids = [_member_with_token(store, f"secret-{i}", expires_at=at(99)) for i in range(3)]
     _member_with_token(store, "secret-other", tenant=OTHER_TENANT)
     with store.transaction(readonly=True) as tx:
-        first = tx.identity.list_tokens(TENANT, 0, 2)
-        rest = tx.identity.list_tokens(TENANT, first[-1].seq, 2)
+        first = tx.identity.list_tokens(TENANT, Seek(2, None, OLDEST))
+        rest = tx.identity.list_tokens(TENANT, Seek(2, first[-1].seq, OLDEST))
+        newest = tx.identity.list_tokens(TENANT, Seek(2))
+        older = tx.identity.list_tokens(TENANT, Seek(2, newest[-1].seq))
     assert [token.id for token in first + rest] == ids
+    assert [token.id for token in newest + older] == ids[::-1]
     assert first[0].seq < first[1].seq < rest[0].seq
     assert {token.tenant for token in first + rest} == {TENANT}
     assert first[0].expires_at == at(99)
@@ -323,7 +362,7 @@ def test_revoke_token_is_idempotent(store: SqlStore) -> None:
     with store.transaction() as tx:
         assert tx.identity.revoke_token(TENANT, token_id, at(10)) is True
         assert tx.identity.revoke_token(TENANT, token_id, at(20)) is True
-        [token] = tx.identity.list_tokens(TENANT, 0, 10)
+        [token] = tx.identity.list_tokens(TENANT, Seek(10))
     assert token.revoked_at == at(10)
 
 
@@ -938,7 +977,7 @@ def test_find_starts_filters_by_state_workflow_and_business_request_id(store: Sq
         tx.starts.compare_and_set(d, 1, T0, state=StartState.CANCELED.value)
 
         def ids(where: StartFilter) -> list[str]:
-            return [start.id for _, start in tx.starts.find(TENANT, where, 0, 100)]
+            return [start.id for _, start in tx.starts.find(TENANT, where, Seek(100, None, OLDEST))]
 
         assert ids(StartFilter()) == [a, b, c, d]
         assert ids(StartFilter(business_request_id="order-1")) == [a, c, d]
@@ -948,16 +987,17 @@ def test_find_starts_filters_by_state_workflow_and_business_request_id(store: Sq
         assert ids(StartFilter(workflow="invoice", business_request_id="order-2")) == [b]
 
 
-def test_find_starts_pages_with_after_seq(store: SqlStore) -> None:
+@pytest.mark.parametrize("order", list(Order))
+def test_find_starts_pages_either_way(store: SqlStore, order: Order) -> None:
     ids = insert_starts(store, *(new_start() for _ in range(5)))
     seen: list[str] = []
-    after = 0
+    after: int | None = None
     with store.transaction(readonly=True) as tx:
-        while page := tx.starts.find(TENANT, StartFilter(), after, 2):
+        while page := tx.starts.find(TENANT, StartFilter(), Seek(2, after, order)):
             assert len(page) <= 2
             seen.extend(start.id for _, start in page)
             after = page[-1][0]
-    assert seen == ids
+    assert seen == (ids if order is OLDEST else ids[::-1])
 
 
 @pytest.mark.postgres
@@ -1340,17 +1380,37 @@ def test_find_runs_filters_and_pages(store: SqlStore) -> None:
     with store.transaction() as tx:
         tx.runs.request_cancel(TENANT, c, at(1))
 
-        def ids(where: RunFilter, after: int = 0, limit: int = 100) -> list[str]:
-            return [run.id for _, run in tx.runs.find(TENANT, where, after, limit)]
+        def ids(where: RunFilter, after: int | None = None, limit: int = 100) -> list[str]:
+            return [run.id for _, run in tx.runs.find(TENANT, where, Seek(limit, after, OLDEST))]
 
         assert ids(RunFilter()) == [a, b, c, d]
         assert ids(RunFilter(workflow="invoice")) == [b, d]
         assert ids(RunFilter(state="canceled")) == [c]
         assert ids(RunFilter(origin_id=origin)) == [a, d]
         assert ids(RunFilter(workflow="report", state="pending")) == [a]
-        first = tx.runs.find(TENANT, RunFilter(), 0, 3)
+        first = tx.runs.find(TENANT, RunFilter(), Seek(3, None, OLDEST))
         assert [run.id for _, run in first] == [a, b, c]
         assert ids(RunFilter(), after=first[-1][0]) == [d]
+        newest = tx.runs.find(TENANT, RunFilter(), Seek(3))
+        assert [run.id for _, run in newest] == [d, c, b]
+        older = tx.runs.find(TENANT, RunFilter(), Seek(3, newest[-1][0]))
+        assert [run.id for _, run in older] == [a]
+
+
+def test_find_runs_by_schedule_and_by_source(store: SqlStore) -> None:
+    one_off, nightly, hourly = insert_runs(
+        store, new_run(), new_run(schedule_id="sch_nightly"), new_run(schedule_id="sch_hourly")
+    )
+    insert_runs(store, new_run(tenant=OTHER_TENANT, schedule_id="sch_nightly"))
+    with store.transaction(readonly=True) as tx:
+
+        def ids(where: RunFilter) -> list[str]:
+            return [run.id for _, run in tx.runs.find(TENANT, where, Seek(100))]
+
+        assert ids(RunFilter(schedule_id="sch_nightly")) == [nightly]
+        assert ids(RunFilter(source="schedule")) == [hourly, nightly]
+        assert ids(RunFilter(source="scheduled_start")) == [one_off]
+        assert ids(RunFilter(schedule_id="sch_hourly", source="scheduled_start")) == []
 
 
 # --- findings -----------------------------------------------------------------------------

@@ -24,7 +24,7 @@ from punctual.domain.permissions import Principal, Role
 from punctual.domain.retention import RecordKind
 from punctual.domain.timeutil import to_rfc3339
 from punctual.errors import Forbidden
-from punctual.ports.records import AuditEntry
+from punctual.ports.records import AuditEntry, Seek
 from punctual.usecases.kernel import audit
 from punctual.usecases.outbound.outbox import NotificationEvent, notify
 from punctual.usecases.scheduled.dispatch import dispatch_due
@@ -53,8 +53,7 @@ class Rig:
                 TENANT,
                 subject_id=filters.get("subject_id"),
                 actor=filters.get("actor"),
-                before_seq=None,
-                limit=1000,
+                at=Seek(1000),
             )
         return list(reversed(found))
 

@@ -27,7 +27,7 @@ from punctual.adapters.stores.sql import tables as t
 from punctual.domain.permissions import Principal, Role
 from punctual.embedded import Scheduler
 from punctual.ports.engine import Engine, EngineUnavailable, RunOrder
-from punctual.ports.records import RunFilter
+from punctual.ports.records import RunFilter, Seek
 from punctual.usecases.recurring.generation import generate
 from punctual.usecases.scheduled import starts
 from punctual.usecases.scheduled.dispatch import START_CHUNK, dispatch_due
@@ -312,7 +312,7 @@ def test_on_postgresql_a_runner_whose_clock_runs_behind_does_not_record_under_an
     recovered = dispatch_due(honest.services, "runner-honest", 500)
     assert recovered.dispatched == [start_id]
     with honest.store.transaction(readonly=True) as tx:
-        runs = tx.runs.find(ALICE.tenant, RunFilter(origin_id=start_id), 0, 10)
+        runs = tx.runs.find(ALICE.tenant, RunFilter(origin_id=start_id), Seek(10))
     assert len(runs) == 1
 
 
@@ -455,7 +455,7 @@ def test_an_overlap_policy_occurrence_is_recorded_before_the_engine_is_asked(
     assert seen == [("pending", "dispatched")], seen
     runs = system.services.store
     with runs.transaction(readonly=True) as tx:
-        found = tx.runs.find("acme", RunFilter(None, None, None), 0, 10)
+        found = tx.runs.find("acme", RunFilter(), Seek(10))
     assert [run.origin.get("schedule_id") for _, run in found] == [schedule["id"]]
 
 

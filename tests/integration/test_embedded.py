@@ -12,8 +12,9 @@ from punctual import bootstrap
 from punctual.domain.permissions import Role
 from punctual.embedded import Scheduler
 from punctual.errors import PunctualError
+from punctual.usecases.scheduled.dispatch import dispatch_due
 from tests.conftest import make_settings
-from tests.support.api import register_demo
+from tests.support.api import live_worker, register_demo
 
 
 def test_schedule_at_get_list_cancel_and_replay(database_url: str, tmp_path: Path) -> None:
@@ -101,3 +102,48 @@ def test_schedule_controls_trigger_backfill_and_by_name(database_url: str, tmp_p
         )
         assert again["generated"] == 0
         assert again["existing"] == backfilled["generated"]
+
+
+def test_lists_are_newest_first_with_order_and_filters(database_url: str, tmp_path: Path) -> None:
+    """The Python API reads lists through the same use cases: newest first, ``order``, the
+    cursor's order, and the filters of runs and occurrences."""
+    system = bootstrap.build(make_settings(database_url, tmp_path))
+    with Scheduler(system, "default", "billing", Role.MEMBER) as scheduler:
+        register_demo(system)
+        at = datetime(2030, 12, 1, 7, 0, tzinfo=UTC)
+        made = [
+            scheduler.schedule_at("echo", {"message": "hi"}, at, business_request_id=f"inv-{n}")[
+                "id"
+            ]
+            for n in range(3)
+        ]
+        newest = scheduler.list_starts()["items"]
+        assert [start["id"] for start in newest] == made[::-1]
+        first = scheduler.list_starts(order="oldest", limit=2)
+        rest = scheduler.list_starts(cursor=first["next_cursor"])
+        assert [s["id"] for s in first["items"] + rest["items"]] == made
+        with pytest.raises(PunctualError) as turned:
+            scheduler.list_starts(cursor=first["next_cursor"], order="newest")
+        assert turned.value.code == "invalid_cursor"
+
+        body = {"overlap": "allow_all", "missed": "skip", "enabled": False}
+        every = scheduler.schedule_every(
+            "echo", {"message": "tick"}, timedelta(minutes=1), name="every", **body
+        )
+        other = scheduler.schedule_every(
+            "echo", {"message": "tock"}, timedelta(minutes=1), name="other", **body
+        )
+        names = [s["name"] for s in scheduler.list_schedules()["items"]]
+        assert names == ["other", "every"]
+        assert [s["name"] for s in scheduler.list_schedules(order="oldest")["items"]] == names[::-1]
+        triggered = [scheduler.trigger(every["id"])["id"] for _ in range(2)]
+        scheduler.trigger(other["id"])
+        listed = scheduler.list_occurrences(every["id"], origin="trigger")["items"]
+        assert [o["id"] for o in listed] == triggered[::-1]
+        assert scheduler.list_occurrences(every["id"], origin="backfill")["items"] == []
+        live_worker(system)
+        dispatch_due(system.services, "runner-embedded", 10)
+        runs = scheduler.list_runs(schedule_id=every["id"])["items"]
+        assert [run["origin"]["id"] for run in runs] == triggered[::-1]
+        assert len(scheduler.list_runs(origin="schedule")["items"]) == 3
+        assert scheduler.list_runs(origin="scheduled_start")["items"] == []

@@ -36,6 +36,7 @@ from punctual.ports.records import (
     FollowThroughRecord,
     NewWebhook,
     Notification,
+    Seek,
 )
 from punctual.usecases.running import execution
 from punctual.usecases.running.definitions import set_lifecycle
@@ -149,9 +150,7 @@ class Follow:
 
     def feed(self, subject: str) -> list[Notification]:
         with self.rig.system.store.transaction(readonly=True) as tx:
-            return tx.notifications.find(
-                TENANT, subject, unread_only=False, before_seq=None, limit=100
-            )
+            return tx.notifications.find(TENANT, subject, unread_only=False, at=Seek(100))
 
     def kinds(self, subject: str) -> list[str]:
         return sorted(n.kind for n in self.feed(subject))
@@ -173,7 +172,7 @@ class Follow:
 
     def outbox(self, webhook_id: str) -> list[Delivery]:
         with self.rig.system.store.transaction(readonly=True) as tx:
-            return tx.webhooks.deliveries(TENANT, webhook_id, None, 100)
+            return tx.webhooks.deliveries(TENANT, webhook_id, Seek(100))
 
     def due_deliveries(self) -> list[ClaimedDelivery]:
         """What a deliverer would send now (a claim: the rows are leased by it)."""

@@ -22,7 +22,13 @@ from punctual.domain.permissions import Principal, Role
 from punctual.domain.retention import RecordKind, window_for
 from punctual.domain.runs import RunState
 from punctual.errors import Forbidden, InvalidRequest, NotFound
-from punctual.ports.records import DeliveryOutcome, NewAuditEntry, NewDelivery, NewNotification
+from punctual.ports.records import (
+    DeliveryOutcome,
+    NewAuditEntry,
+    NewDelivery,
+    NewNotification,
+    Seek,
+)
 from punctual.usecases.kernel.audit import AuditedRequest, serving
 from punctual.usecases.kernel.idempotency import IdempotentRequest, Outcome
 from punctual.usecases.recurring import schedules
@@ -379,7 +385,7 @@ def test_every_placement_and_release_is_in_the_audit_log(rig: Rig) -> None:
     holds.release_by_host(rig.services, host["id"])
 
     with rig.system.store.transaction() as tx:
-        entries = tx.audit.find(TENANT, subject_id=None, actor=None, before_seq=None, limit=10)
+        entries = tx.audit.find(TENANT, subject_id=None, actor=None, at=Seek(10))
     seen = [(e.actor, e.action, e.subject_id, e.status) for e in reversed(entries)]
     assert seen == [
         ("root", "place_hold", hold["id"], 201),

@@ -606,7 +606,7 @@ def test_jitter_delays_scheduled_at_and_leaves_occurrence_at(rig: Rig) -> None:
     for _ in range(3):  # each fire generated on time, a second ahead of it
         rig.advance(MINUTE)
         rig.generate()
-    listed = rig.alice.list_occurrences(sid)["items"]
+    listed = rig.alice.list_occurrences(sid, order="oldest")["items"]
     assert [o["occurrence_at"] for o in listed] == [to_rfc3339(t0 + n * MINUTE) for n in (1, 2, 3)]
     for occurrence, n in zip(listed, (1, 2, 3), strict=True):
         at = t0 + n * MINUTE

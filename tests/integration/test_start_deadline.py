@@ -20,6 +20,7 @@ from punctual.adapters.executor.slot import Assignment
 from punctual.adapters.stores.sql import tables as t
 from punctual.domain.permissions import Principal, Role
 from punctual.domain.timeutil import to_rfc3339
+from punctual.ports.records import Seek
 from punctual.usecases.recurring import schedules
 from punctual.usecases.recurring.schedule_fields import decode_create
 from tests.conftest import make_settings
@@ -155,9 +156,7 @@ def test_a_run_stuck_behind_a_busy_worker_past_its_deadline_never_begins(
             with system.store.transaction() as tx:
                 told = [
                     n
-                    for n in tx.notifications.find(
-                        "acme", "alice", unread_only=False, before_seq=None, limit=100
-                    )
+                    for n in tx.notifications.find("acme", "alice", unread_only=False, at=Seek(100))
                     if n.kind == "start_failed" and n.details.get("code") == "too_late"
                 ]
                 found = [

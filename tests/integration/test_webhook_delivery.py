@@ -29,7 +29,7 @@ from punctual.adapters.webhooks import HttpWebhookSender
 from punctual.domain.ids import new_id
 from punctual.domain.webhooks import GIVE_UP_AFTER, MAX_DELAY, display_url
 from punctual.ports.events import Event
-from punctual.ports.records import Delivery, DeliveryOutcome, EncryptedInput, NewWebhook
+from punctual.ports.records import Delivery, DeliveryOutcome, EncryptedInput, NewWebhook, Seek
 from punctual.runner.deliverer import Deliverer
 from punctual.usecases.kernel.context import Services
 from punctual.usecases.outbound.delivery import (
@@ -113,7 +113,7 @@ def _regression(rig: Rig, text: str = "nightly-report regressed: p95 rose 30%") 
 
 def _deliveries(rig: Rig, hook_id: str) -> list[Delivery]:
     with rig.services.store.transaction(readonly=True) as tx:
-        return tx.webhooks.deliveries(TENANT, hook_id, None, 100)
+        return tx.webhooks.deliveries(TENANT, hook_id, Seek(100))
 
 
 def _only(rig: Rig, hook_id: str) -> Delivery:

@@ -36,6 +36,7 @@ from punctual.resources import (
     HoldPage,
     IssuedToken,
     Member,
+    MemberPage,
     Notification,
     NotificationPage,
     Occurrence,
@@ -59,6 +60,9 @@ from punctual.resources import (
 
 T = TypeVar("T")
 R = TypeVar("R", bound=Resource)
+Order = Literal["newest", "oldest"]
+"""A list's order: ``newest`` first (the server's default) or ``oldest`` first. A cursor
+keeps the order of its page: with ``cursor=``, leave ``order`` out or send the same."""
 
 
 def _start_body(
@@ -177,7 +181,9 @@ def list_starts(
     business_request_id: str | None = None,
     limit: int | None = None,
     cursor: str | None = None,
+    order: Order | None = None,
 ) -> Call[StartPage]:
+    """One-off starts, newest first unless ``order="oldest"``."""
     return query(
         "/scheduled-starts",
         model(StartPage),
@@ -186,6 +192,7 @@ def list_starts(
         business_request_id=business_request_id,
         limit=limit,
         cursor=cursor,
+        order=order,
     )
 
 
@@ -228,7 +235,13 @@ def list_runs(
     origin_id: str | None = None,
     limit: int | None = None,
     cursor: str | None = None,
+    order: Order | None = None,
+    schedule_id: str | None = None,
+    origin: str | None = None,
 ) -> Call[RunPage]:
+    """Runs, newest first unless ``order="oldest"``. ``schedule_id``: the runs of that
+    schedule's occurrences; ``origin``: ``"scheduled_start"`` or ``"schedule"`` (the
+    runs' ``origin.source``), or the id of the start or occurrence, as ``origin_id``."""
     return query(
         "/runs",
         model(RunPage),
@@ -237,6 +250,9 @@ def list_runs(
         origin_id=origin_id,
         limit=limit,
         cursor=cursor,
+        order=order,
+        schedule_id=schedule_id,
+        origin=origin,
     )
 
 
@@ -313,11 +329,22 @@ def get_schedule(schedule_id: str) -> Call[Schedule]:
 
 
 def list_schedules(
-    *, limit: int | None = None, cursor: str | None = None, source: str | None = None
+    *,
+    limit: int | None = None,
+    cursor: str | None = None,
+    source: str | None = None,
+    order: Order | None = None,
 ) -> Call[SchedulePage]:
-    """``source``: only the schedules last applied from that file (RS-9e)."""
-    read = query("/schedules", model(SchedulePage), limit=limit, cursor=cursor, source=source)
-    return read
+    """Live schedules, newest first unless ``order="oldest"``; ``source``: only the
+    schedules last applied from that file (RS-9e)."""
+    return query(
+        "/schedules",
+        model(SchedulePage),
+        limit=limit,
+        cursor=cursor,
+        source=source,
+        order=order,
+    )
 
 
 def update_schedule(
@@ -374,9 +401,26 @@ def list_occurrences(
     state: str | None = None,
     limit: int | None = None,
     cursor: str | None = None,
+    order: Order | None = None,
+    origin: str | None = None,
+    after: datetime | str | None = None,
+    to: datetime | str | None = None,
 ) -> Call[OccurrencePage]:
+    """The schedule's occurrences in the order they were generated, newest first unless
+    ``order="oldest"``; ``origin``: ``"schedule"``, ``"trigger"`` or ``"backfill"``;
+    ``after`` and ``to`` (the API's ``from`` and ``to``): those whose instant, or an
+    instant of whose skipped range, is in ``[after, to)``."""
     path = f"/schedules/{escaped(schedule_id)}/occurrences"
-    return query(path, model(OccurrencePage), state=state, limit=limit, cursor=cursor)
+    params = given(
+        state=state,
+        limit=limit,
+        cursor=cursor,
+        order=order,
+        origin=origin,
+        to=instant(to),
+        **{"from": instant(after)},
+    )
+    return query(path, model(OccurrencePage), **params)
 
 
 def cancel_occurrence(
@@ -499,6 +543,14 @@ def add_member(*, subject: str, role: str, idempotency_key: str | None = None) -
     return mutation("POST", "/members", model(Member), idempotency_key, body)
 
 
+def list_members(
+    *, limit: int | None = None, cursor: str | None = None, order: Order | None = None
+) -> Call[MemberPage]:
+    """Admin: the tenant's members and roles, the latest to join first unless
+    ``order="oldest"``."""
+    return query("/members", model(MemberPage), limit=limit, cursor=cursor, order=order)
+
+
 def remove_member(subject: str, *, idempotency_key: str | None = None) -> Call[None]:
     """Admin: revokes its tokens and auto-disables the schedules it created."""
     path = f"/members/{escaped(subject)}"
@@ -516,8 +568,12 @@ def create_token(
     return mutation("POST", "/tokens", model(IssuedToken), idempotency_key, body)
 
 
-def list_tokens(*, limit: int | None = None, cursor: str | None = None) -> Call[TokenPage]:
-    return query("/tokens", model(TokenPage), limit=limit, cursor=cursor)
+def list_tokens(
+    *, limit: int | None = None, cursor: str | None = None, order: Order | None = None
+) -> Call[TokenPage]:
+    """Admin: the tenant's tokens without their secrets, newest first unless
+    ``order="oldest"``."""
+    return query("/tokens", model(TokenPage), limit=limit, cursor=cursor, order=order)
 
 
 def revoke_token(token_id: str, *, idempotency_key: str | None = None) -> Call[None]:
@@ -538,15 +594,20 @@ def acknowledge_finding(finding_id: str, *, idempotency_key: str | None = None) 
 
 
 def list_notifications(
-    *, unread: bool = False, limit: int | None = None, cursor: str | None = None
+    *,
+    unread: bool = False,
+    limit: int | None = None,
+    cursor: str | None = None,
+    order: Order | None = None,
 ) -> Call[NotificationPage]:
-    """The caller's own notifications, newest first."""
+    """The caller's own notifications, newest first unless ``order="oldest"``."""
     return query(
         "/notifications",
         model(NotificationPage),
         unread="true" if unread else None,
         limit=limit,
         cursor=cursor,
+        order=order,
     )
 
 
@@ -572,8 +633,11 @@ def create_webhook(
     return mutation("POST", "/webhooks", model(Webhook), idempotency_key, body)
 
 
-def list_webhooks(*, limit: int | None = None, cursor: str | None = None) -> Call[WebhookPage]:
-    return query("/webhooks", model(WebhookPage), limit=limit, cursor=cursor)
+def list_webhooks(
+    *, limit: int | None = None, cursor: str | None = None, order: Order | None = None
+) -> Call[WebhookPage]:
+    """Admin, newest first unless ``order="oldest"``."""
+    return query("/webhooks", model(WebhookPage), limit=limit, cursor=cursor, order=order)
 
 
 def get_webhook(webhook_id: str) -> Call[Webhook]:
@@ -607,11 +671,15 @@ def test_webhook(webhook_id: str, *, idempotency_key: str | None = None) -> Call
 
 
 def list_deliveries(
-    webhook_id: str, *, limit: int | None = None, cursor: str | None = None
+    webhook_id: str,
+    *,
+    limit: int | None = None,
+    cursor: str | None = None,
+    order: Order | None = None,
 ) -> Call[DeliveryPage]:
-    """Newest first."""
+    """Admin, newest first unless ``order="oldest"``."""
     path = f"/webhooks/{escaped(webhook_id)}/deliveries"
-    return query(path, model(DeliveryPage), limit=limit, cursor=cursor)
+    return query(path, model(DeliveryPage), limit=limit, cursor=cursor, order=order)
 
 
 def redeliver(
@@ -639,11 +707,16 @@ def place_hold(
 
 
 def list_holds(
-    *, active: bool = False, limit: int | None = None, cursor: str | None = None
+    *,
+    active: bool = False,
+    limit: int | None = None,
+    cursor: str | None = None,
+    order: Order | None = None,
 ) -> Call[HoldPage]:
-    """Admin, newest first; ``active=True`` lists only holds not yet released."""
+    """Admin, newest first unless ``order="oldest"``; ``active=True`` lists only holds not
+    yet released."""
     flag = "true" if active else None
-    return query("/holds", model(HoldPage), active=flag, limit=limit, cursor=cursor)
+    return query("/holds", model(HoldPage), active=flag, limit=limit, cursor=cursor, order=order)
 
 
 def release_hold(hold_id: str, *, idempotency_key: str | None = None) -> Call[Hold]:
@@ -658,8 +731,10 @@ def list_audit_entries(
     actor: str | None = None,
     limit: int | None = None,
     cursor: str | None = None,
+    order: Order | None = None,
 ) -> Call[AuditPage]:
-    """Admin: the tenant's audit log, newest first, filtered by exact matches."""
+    """Admin: the tenant's audit log, newest first unless ``order="oldest"``, filtered by
+    exact matches."""
     return query(
         "/audit",
         model(AuditPage),
@@ -667,4 +742,5 @@ def list_audit_entries(
         actor=actor,
         limit=limit,
         cursor=cursor,
+        order=order,
     )

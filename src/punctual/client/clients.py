@@ -254,6 +254,7 @@ class PunctualClient(_Base, AbstractContextManager["PunctualClient"]):
     # ----------------------------------------------------------------------- tenant
     list_definitions = _blocking(calls.list_definitions)
     add_member = _blocking(calls.add_member)
+    list_members = _blocking(calls.list_members)
     remove_member = _blocking(calls.remove_member)
     create_token = _blocking(calls.create_token)
     list_tokens = _blocking(calls.list_tokens)
@@ -394,6 +395,7 @@ class AsyncPunctualClient(_Base, AbstractAsyncContextManager["AsyncPunctualClien
     # ----------------------------------------------------------------------- tenant
     list_definitions = _awaited(calls.list_definitions)
     add_member = _awaited(calls.add_member)
+    list_members = _awaited(calls.list_members)
     remove_member = _awaited(calls.remove_member)
     create_token = _awaited(calls.create_token)
     list_tokens = _awaited(calls.list_tokens)

@@ -5,9 +5,9 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from datetime import datetime
 from enum import StrEnum
-from typing import Any
+from typing import Any, Generic, TypeVar
 
-from punctual.domain.permissions import Principal
+from punctual.domain.permissions import Principal, Role
 from punctual.domain.runs import RunState
 from punctual.domain.schedules import Schedule, ScheduleSettings
 from punctual.domain.starts import ScheduledStart, StartRequest
@@ -22,6 +22,14 @@ class TokenRecord:
     expires_at: datetime | None
     revoked_at: datetime | None
     seq: int = 0
+
+
+@dataclass(frozen=True)
+class MemberRecord:
+    tenant: str
+    subject: str
+    role: Role
+    created_at: datetime
 
 
 @dataclass(frozen=True)
@@ -325,6 +333,46 @@ class RunFilter:
     workflow: str | None = None
     state: str | None = None
     origin_id: str | None = None
+    """The start's or occurrence's id (``origin.id``)."""
+    schedule_id: str | None = None
+    """Runs of that schedule's occurrences."""
+    source: str | None = None
+    """``origin.source``: ``scheduled_start`` (runs of one-off starts) or ``schedule``
+    (runs of occurrences, triggered and backfilled ones too)."""
+
+
+@dataclass(frozen=True)
+class OccurrenceFilter:
+    state: str | None = None
+    origin: str | None = None
+    """``schedule`` (a stored null counts as it), ``trigger`` or ``backfill``."""
+    start: datetime | None = None
+    end: datetime | None = None
+    """``[start, end)``: occurrences whose instant, or any instant of whose skipped range,
+    falls in it; either bound may be open."""
+
+
+class Order(StrEnum):
+    """The order a list is read in: the order its rows were recorded (``seq``), either way."""
+
+    NEWEST = "newest"
+    """Newest first (``seq`` descending): every list's default."""
+    OLDEST = "oldest"
+    """Oldest first (``seq`` ascending)."""
+
+
+P = TypeVar("P")
+
+
+@dataclass(frozen=True)
+class Seek(Generic[P]):
+    """Which rows of a list a store reads (keyset paging): at most ``limit``, in ``order``,
+    strictly past ``after`` (the position of the previous page's last row: its ``seq``, or
+    a member's ``(created_at, subject)``), from the first row when ``after`` is None."""
+
+    limit: int
+    after: P | None = None
+    order: Order = Order.NEWEST
 
 
 @dataclass(frozen=True)

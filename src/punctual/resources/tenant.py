@@ -34,6 +34,14 @@ class Member(Resource):
     tenant: str
     subject: str
     role: Role
+    created_at: datetime | None = None
+    """When the member joined (a role change keeps it); in the members list, not in the
+    answer of an add."""
+
+
+class MemberPage(Resource):
+    items: list[Member]
+    next_cursor: str | None
 
 
 class IssuedToken(Resource):

@@ -19,6 +19,7 @@ from punctual.ports.records import (
     NewNotification,
     NewWebhook,
     Notification,
+    Seek,
     WebhookRecord,
 )
 
@@ -102,11 +103,9 @@ class Notifications(Protocol):
         recipient: str,
         *,
         unread_only: bool,
-        before_seq: int | None,
-        limit: int,
+        at: Seek[int],
     ) -> list[Notification]:
-        """The recipient's notifications, newest first (``seq`` descending), older than
-        ``before_seq`` when given."""
+        """The page of the recipient's notifications ``at`` selects, by ``seq``."""
 
     def get(self, tenant: str, recipient: str, notification_id: str) -> Notification | None:
         """Only the recipient's own: another principal's notification is absent."""
@@ -123,7 +122,8 @@ class Webhooks(Protocol):
     def get(self, tenant: str, webhook_id: str) -> WebhookRecord | None:
         """A live webhook (deleted ones are absent)."""
 
-    def find(self, tenant: str, after_seq: int, limit: int) -> list[WebhookRecord]: ...
+    def find(self, tenant: str, at: Seek[int]) -> list[WebhookRecord]:
+        """The page of live webhooks ``at`` selects, by ``seq``."""
 
     def update(
         self, tenant: str, webhook_id: str, now: datetime, **changes: Any
@@ -150,10 +150,8 @@ class Webhooks(Protocol):
         """Record attempts under their claim token (an outdated token records nothing);
         ``attempts`` grows by one; returns the ids recorded."""
 
-    def deliveries(
-        self, tenant: str, webhook_id: str, before_seq: int | None, limit: int
-    ) -> list[Delivery]:
-        """Newest first."""
+    def deliveries(self, tenant: str, webhook_id: str, at: Seek[int]) -> list[Delivery]:
+        """The page of the webhook's deliveries ``at`` selects, by ``seq``."""
 
     def get_delivery(self, tenant: str, webhook_id: str, delivery_id: str) -> Delivery | None: ...
 

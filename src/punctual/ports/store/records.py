@@ -13,6 +13,7 @@ from punctual.ports.records import (
     Hold,
     NewAuditEntry,
     NewHold,
+    Seek,
 )
 
 
@@ -50,10 +51,8 @@ class Holds(Protocol):
     def get(self, hold_id: str, tenant: str | None = None) -> Hold | None:
         """The hold, in ``tenant`` when given (another tenant's is absent)."""
 
-    def find(
-        self, tenant: str, *, active_only: bool, before_seq: int | None, limit: int
-    ) -> list[Hold]:
-        """Newest first (``seq`` descending), older than ``before_seq`` when given."""
+    def find(self, tenant: str, *, active_only: bool, at: Seek[int]) -> list[Hold]:
+        """The page ``at`` selects, by ``seq``."""
 
     def release(self, hold_id: str, released_by: str, now: datetime) -> Hold | None:
         """Set ``released_at`` once (idempotent: a second release keeps the first)."""
@@ -70,7 +69,6 @@ class Audit(Protocol):
         *,
         subject_id: str | None,
         actor: str | None,
-        before_seq: int | None,
-        limit: int,
+        at: Seek[int],
     ) -> list[AuditEntry]:
-        """Newest first (``seq`` descending), older than ``before_seq`` when given."""
+        """The page ``at`` selects, by ``seq``."""

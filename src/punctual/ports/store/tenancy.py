@@ -13,10 +13,12 @@ from punctual.ports.records import (
     IdempotencyRecord,
     KeyOutcome,
     LiveToken,
+    MemberRecord,
     ProcessRecord,
     Resealed,
     SealedKind,
     SealedValue,
+    Seek,
     TokenRecord,
     WorkerRecord,
 )
@@ -37,6 +39,10 @@ class Identity(Protocol):
         """Roles of (tenant, subject) pairs in one read; a pair that is no member is absent."""
 
     def remove_member(self, tenant: str, subject: str) -> bool: ...
+
+    def members(self, tenant: str, at: Seek[tuple[datetime, str]]) -> list[MemberRecord]:
+        """The page of the tenant's members ``at`` selects, in the order they joined
+        (``created_at``, then ``subject``: the position ``at.after`` names)."""
 
     def subjects_with_role(self, tenant: str, role: Role) -> list[str]:
         """Members of the tenant with the role, sorted (notifications of a schedule whose
@@ -60,7 +66,8 @@ class Identity(Protocol):
         """``principal_for_digest`` with the token's expiry, for a process that remembers
         the answer for a while (it must not outlive the token)."""
 
-    def list_tokens(self, tenant: str, after_seq: int, limit: int) -> list[TokenRecord]: ...
+    def list_tokens(self, tenant: str, at: Seek[int]) -> list[TokenRecord]:
+        """The page of the tenant's tokens ``at`` selects, by ``seq``."""
 
     def revoke_token(self, tenant: str, token_id: str, now: datetime) -> bool:
         """Must be idempotent; False only when the token does not exist in the tenant."""

@@ -26,11 +26,13 @@ from punctual.ports.records import (
     NewRun,
     NewSchedule,
     NewStart,
+    OccurrenceFilter,
     RunClaim,
     RunFilter,
     RunFlags,
     RunRecord,
     RunSignal,
+    Seek,
     StartFilter,
     StoredOccurrence,
     StoreEndedRun,
@@ -56,8 +58,9 @@ class Starts(Protocol):
         """``lock`` holds the row until commit (waits at most the transaction's lock timeout)."""
 
     def find(
-        self, tenant: str, where: StartFilter, after_seq: int, limit: int
-    ) -> list[tuple[int, ScheduledStart]]: ...
+        self, tenant: str, where: StartFilter, at: Seek[int]
+    ) -> list[tuple[int, ScheduledStart]]:
+        """The page of one-off starts (no occurrences) ``at`` selects, by ``seq``."""
 
     def count_pending(self, tenant: str, workload_class: str | None = None) -> int:
         """One-off starts in ``scheduled`` or ``dispatching``, and backfilled occurrences
@@ -154,8 +157,10 @@ class Starts(Protocol):
     ) -> ScheduledStart | None: ...
 
     def find_occurrences(
-        self, schedule_id: str, state: str | None, after_seq: int, limit: int
-    ) -> list[tuple[int, ScheduledStart]]: ...
+        self, schedule_id: str, where: OccurrenceFilter, at: Seek[int]
+    ) -> list[tuple[int, ScheduledStart]]:
+        """The page of the schedule's occurrences ``at`` selects, by ``seq`` (the order
+        they were generated in)."""
 
     def cancel_unstarted(self, schedule_id: str, reason: str, now: datetime) -> int:
         """Cancel the schedule's scheduled and buffered occurrences, with ``reason``."""
@@ -181,9 +186,8 @@ class Runs(Protocol):
 
     def get(self, tenant: str, run_id: str) -> Run | None: ...
 
-    def find(
-        self, tenant: str, where: RunFilter, after_seq: int, limit: int
-    ) -> list[tuple[int, Run]]: ...
+    def find(self, tenant: str, where: RunFilter, at: Seek[int]) -> list[tuple[int, Run]]:
+        """The page of runs ``at`` selects, by ``seq``."""
 
     def count_unfinished(self, workflow: str, version: str) -> int:
         """Runs of that version that are pending or running, across all tenants."""
@@ -365,9 +369,10 @@ class Schedules(Protocol):
         and a name check followed by an insert are exact across processes."""
 
     def find(
-        self, tenant: str, after_seq: int, limit: int, source: str | None = None
+        self, tenant: str, at: Seek[int], source: str | None = None
     ) -> list[tuple[int, Schedule]]:
-        """Live schedules in row order; with ``source``, only those last applied from it."""
+        """The page of live schedules ``at`` selects, by ``seq``; with ``source``, only
+        those last applied from it."""
 
     def by_name(self, tenant: str, name: str, *, lock: bool = False) -> Schedule | None:
         """The live schedule with that name (names are unique among live ones)."""

@@ -21,9 +21,9 @@ from typing import Any
 
 from punctual.domain.ids import new_id
 from punctual.domain.permissions import Action, Principal, require
-from punctual.ports.records import AuditEntry, NewAuditEntry
+from punctual.ports.records import AuditEntry, NewAuditEntry, Order
 from punctual.usecases.kernel.context import Services
-from punctual.usecases.kernel.paging import check_limit, decode_cursor, page
+from punctual.usecases.kernel.paging import page, seek
 from punctual.usecases.kernel.projections import record_view
 
 HOST_ACTOR = "host"
@@ -108,6 +108,8 @@ class ListAudit:
     actor: str | None = None
     limit: int = 50
     cursor: str | None = None
+    order: str | None = None
+    """``newest`` (the default) or ``oldest``; absent with a cursor, the cursor's order."""
 
 
 def entry_view(entry: AuditEntry) -> dict[str, Any]:
@@ -115,16 +117,15 @@ def entry_view(entry: AuditEntry) -> dict[str, Any]:
 
 
 def list_entries(services: Services, principal: Principal, query: ListAudit) -> dict[str, Any]:
-    """Admins only; newest first, filtered by subject id and actor (exact matches)."""
-    limit = check_limit(query.limit)
-    before = decode_cursor(query.cursor) or None
+    """Admins only; newest first unless ``order`` is ``oldest``, filtered by subject id
+    and actor (exact matches)."""
+    at = seek(query.limit, query.cursor, query.order, legacy=Order.NEWEST)
     require(principal, Action.ADMINISTER)
     with services.store.transaction(readonly=True) as tx:
         rows = tx.audit.find(
             principal.tenant,
             subject_id=query.subject_id,
             actor=query.actor,
-            before_seq=before,
-            limit=limit + 1,
+            at=at,
         )
-    return page([(entry.seq, entry) for entry in rows], limit, entry_view)
+    return page([(entry.seq, entry) for entry in rows], at, entry_view)

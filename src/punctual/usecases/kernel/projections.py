@@ -26,7 +26,7 @@ from punctual.domain.schedules import (
 from punctual.domain.starts import LastError, ScheduledStart
 from punctual.domain.timeutil import to_rfc3339
 from punctual.ports.driver import SyncRecord, SyncState
-from punctual.ports.records import Finding, FollowThroughRecord, TokenRecord
+from punctual.ports.records import Finding, FollowThroughRecord, MemberRecord, TokenRecord
 from punctual.usecases.recurring.schedule_fields import view_of
 
 if TYPE_CHECKING:
@@ -131,6 +131,15 @@ def token_view(token: TokenRecord) -> dict[str, Any]:
         "expires_at": ts(token.expires_at),
         "revoked": token.revoked_at is not None,
         "revoked_at": ts(token.revoked_at),
+    }
+
+
+def member_view(member: MemberRecord) -> dict[str, Any]:
+    return {
+        "tenant": member.tenant,
+        "subject": member.subject,
+        "role": member.role.value,
+        "created_at": ts(member.created_at),
     }
 
 

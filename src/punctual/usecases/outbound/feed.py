@@ -13,11 +13,11 @@ from typing import Any
 
 from punctual.domain.permissions import Principal
 from punctual.errors import not_found
-from punctual.ports.records import Notification
+from punctual.ports.records import Notification, Order
 from punctual.ports.store import Tx
 from punctual.usecases.kernel.context import Services
 from punctual.usecases.kernel.idempotency import Answer, Mutation, Outcome
-from punctual.usecases.kernel.paging import check_choice, check_limit, decode_cursor, page
+from punctual.usecases.kernel.paging import check_choice, page, seek
 from punctual.usecases.kernel.projections import record_view
 
 
@@ -27,6 +27,8 @@ class ListNotifications:
     """``"true"`` lists only unread notifications; ``"false"`` or absent lists all."""
     limit: int = 50
     cursor: str | None = None
+    order: str | None = None
+    """``newest`` (the default) or ``oldest``; absent with a cursor, the cursor's order."""
 
 
 def notification_view(note: Notification) -> dict[str, Any]:
@@ -36,20 +38,18 @@ def notification_view(note: Notification) -> dict[str, Any]:
 def list_notifications(
     services: Services, principal: Principal, query: ListNotifications
 ) -> dict[str, Any]:
-    """Newest first; the cursor is the last item's position, so a page never repeats or
-    skips an item when newer ones arrive meanwhile."""
-    limit = check_limit(query.limit)
+    """Newest first unless ``order`` is ``oldest``; the cursor is the last item's position,
+    so a page never repeats or skips an item when newer ones arrive meanwhile."""
+    at = seek(query.limit, query.cursor, query.order, legacy=Order.NEWEST)
     check_choice("unread", query.unread, ["true", "false"])
-    before = decode_cursor(query.cursor) or None
     with services.store.transaction(readonly=True) as tx:
         rows = tx.notifications.find(
             principal.tenant,
             principal.subject,
             unread_only=query.unread == "true",
-            before_seq=before,
-            limit=limit + 1,
+            at=at,
         )
-    return page([(note.seq, note) for note in rows], limit, notification_view)
+    return page([(note.seq, note) for note in rows], at, notification_view)
 
 
 def mark_read(services: Services, principal: Principal, notification_id: str) -> Mutation:

@@ -23,11 +23,11 @@ from punctual.domain.ids import new_id
 from punctual.domain.permissions import Action, Principal, allowed, require
 from punctual.domain.webhooks import display_url, url_problem
 from punctual.errors import InvalidRequest, not_found, webhook_url_not_allowed
-from punctual.ports.records import Delivery, EncryptedInput, NewWebhook, WebhookRecord
+from punctual.ports.records import Delivery, EncryptedInput, NewWebhook, Order, Seek, WebhookRecord
 from punctual.ports.store import Tx
 from punctual.usecases.kernel.context import Services
 from punctual.usecases.kernel.idempotency import Answer, Mutation, Outcome
-from punctual.usecases.kernel.paging import check_limit, decode_cursor, page, read_page
+from punctual.usecases.kernel.paging import page, read_page, seek
 from punctual.usecases.kernel.projections import ts
 from punctual.usecases.outbound.outbox import (
     KINDS,
@@ -287,23 +287,33 @@ def get(services: Services, principal: Principal, webhook_id: str) -> dict[str, 
 
 
 def list_webhooks(
-    services: Services, principal: Principal, limit: int, cursor: str | None
+    services: Services,
+    principal: Principal,
+    limit: int,
+    cursor: str | None,
+    order: str | None = None,
 ) -> dict[str, Any]:
+    """Admins only; newest first unless ``order`` is ``oldest``."""
+    at = seek(limit, cursor, order, legacy=Order.OLDEST)
     require(principal, Action.ADMINISTER)
-    return read_page(services, principal, limit, cursor, lambda tx: tx.webhooks.find, webhook_view)
+    return read_page(services, principal, at, lambda tx: tx.webhooks.find, webhook_view)
 
 
 def list_deliveries(
-    services: Services, principal: Principal, webhook_id: str, limit: int, cursor: str | None
+    services: Services,
+    principal: Principal,
+    webhook_id: str,
+    limit: int,
+    cursor: str | None,
+    order: str | None = None,
 ) -> dict[str, Any]:
-    """Newest first."""
-    limit = check_limit(limit)
-    before = decode_cursor(cursor) or None
+    """Admins only; newest first unless ``order`` is ``oldest``."""
+    at = seek(limit, cursor, order, legacy=Order.NEWEST)
     with services.store.transaction(readonly=True) as tx:
         hook = _load(tx, principal, webhook_id)
         require(principal, Action.ADMINISTER)
-        rows = tx.webhooks.deliveries(principal.tenant, hook.id, before, limit + 1)
-    return page([(d.seq, d) for d in rows], limit, delivery_view)
+        rows = tx.webhooks.deliveries(principal.tenant, hook.id, at)
+    return page([(d.seq, d) for d in rows], at, delivery_view)
 
 
 def queued_view(event_id: str, delivery_id: str | None) -> dict[str, Any]:
@@ -329,7 +339,7 @@ def send_test(services: Services, principal: Principal, webhook_id: str) -> Muta
             details={"webhook_id": hook.id, "requested_by": principal.subject},
         )
         enqueue_deliveries(tx, [hook], event, event_id, now)
-        newest = tx.webhooks.deliveries(principal.tenant, hook.id, None, 1)
+        newest = tx.webhooks.deliveries(principal.tenant, hook.id, Seek(limit=1))
         delivery_id = newest[0].id if newest and newest[0].event_id == event_id else None
         return Outcome(
             Answer.ACCEPTED,

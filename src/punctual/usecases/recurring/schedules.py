@@ -16,6 +16,7 @@ from punctual.domain.ids import new_id
 from punctual.domain.permissions import Action, Principal, require
 from punctual.domain.schedules import (
     SETTINGS,
+    OccurrenceOrigin,
     Schedule,
     SkippedRange,
     VersionPolicy,
@@ -28,13 +29,13 @@ from punctual.domain.schedules import (
 )
 from punctual.domain.starts import StartState, check_mutable
 from punctual.errors import Conflict, InvalidRequest, QuotaExceeded, not_found, version_conflict
-from punctual.ports.records import NewSchedule
+from punctual.ports.records import NewSchedule, OccurrenceFilter, Order
 from punctual.ports.store import Tx
 from punctual.usecases.firing import schedule_driver
 from punctual.usecases.kernel.admission import admit_input_and_class, admit_input_size
 from punctual.usecases.kernel.context import Services
 from punctual.usecases.kernel.idempotency import Answer, Mutation, Outcome
-from punctual.usecases.kernel.paging import check_choice, check_limit, decode_cursor, page
+from punctual.usecases.kernel.paging import check_choice, page, seek, shown
 from punctual.usecases.kernel.projections import (
     occurrence_view,
     planned_fire_view,
@@ -71,6 +72,14 @@ class ListOccurrences:
     state: str | None = None
     limit: int = 50
     cursor: str | None = None
+    order: str | None = None
+    """``newest`` (the default) or ``oldest``; absent with a cursor, the cursor's order."""
+    origin: str | None = None
+    """``schedule``, ``trigger`` or ``backfill``."""
+    start: datetime | None = None
+    end: datetime | None = None
+    """``[start, end)`` (the API's ``from`` and ``to``): occurrences whose instant, or an
+    instant of whose skipped range, falls in it."""
 
 
 def _check_input(tx: Tx, workflow: str, payload: Any) -> str:
@@ -382,31 +391,38 @@ def list_schedules(
     limit: int,
     cursor: str | None,
     source: str | None = None,
+    order: str | None = None,
 ) -> dict[str, Any]:
-    """A page of live schedules; ``source`` keeps those last applied from that file (what
-    ``punctual schedules apply --prune`` considers, RS-9e)."""
-    limit = check_limit(limit)
+    """A page of live schedules, newest first unless ``order`` is ``oldest``; ``source``
+    keeps those last applied from that file (what ``punctual schedules apply --prune``
+    considers, RS-9e)."""
+    at = seek(limit, cursor, order, legacy=Order.OLDEST)
     now = services.clock.now()
     with services.store.transaction(readonly=True) as tx:
-        rows = tx.schedules.find(principal.tenant, decode_cursor(cursor), limit + 1, source)
-        shown = schedule_driver.views(services, tx, [s for _, s in rows[:limit]], now)
-    by_id = {view["id"]: view for view in shown}
-    return page(rows, limit, lambda schedule: by_id[schedule.id])
+        rows = tx.schedules.find(principal.tenant, at, source)
+        views = schedule_driver.views(services, tx, [s for _, s in shown(rows, at)], now)
+    by_id = {view["id"]: view for view in views}
+    return page(rows, at, lambda schedule: by_id[schedule.id])
 
 
 def list_occurrences(
     services: Services, principal: Principal, query: ListOccurrences
 ) -> dict[str, Any]:
-    limit = check_limit(query.limit)
+    at = seek(query.limit, query.cursor, query.order, legacy=Order.OLDEST)
     check_choice("state", query.state, [s.value for s in StartState])
+    check_choice("origin", query.origin, [o.value for o in OccurrenceOrigin])
+    if query.start is not None and query.end is not None and query.start >= query.end:
+        message = "from must be before to: the range is [from, to)"
+        raise InvalidRequest(
+            message, errors=[{"loc": ["query", "from"], "msg": message, "type": "range"}]
+        )
+    where = OccurrenceFilter(query.state, query.origin, query.start, query.end)
     with services.store.transaction(readonly=True) as tx:
         if tx.schedules.get(principal.tenant, query.schedule_id, deleted=True) is None:
             raise not_found("schedule", query.schedule_id)
-        rows = tx.starts.find_occurrences(
-            query.schedule_id, query.state, decode_cursor(query.cursor), limit + 1
-        )
-        follows = tx.follow_through.get_many([o.id for _, o in rows[:limit]])
-    return page(rows, limit, lambda o: occurrence_view(o, follows.get(o.id)))
+        rows = tx.starts.find_occurrences(query.schedule_id, where, at)
+        follows = tx.follow_through.get_many([o.id for _, o in shown(rows, at)])
+    return page(rows, at, lambda o: occurrence_view(o, follows.get(o.id)))
 
 
 def cancel_occurrence(

@@ -19,6 +19,7 @@ from punctual.domain.permissions import Action, Principal, allowed, require
 from punctual.domain.schedules import Schedule
 from punctual.domain.starts import StartState
 from punctual.errors import InvalidRequest, not_found, version_conflict
+from punctual.ports.records import OccurrenceFilter, Order, Seek
 from punctual.ports.store import Tx
 from punctual.usecases.kernel.context import Services
 from punctual.usecases.kernel.idempotency import Answer, Mutation, Outcome
@@ -82,9 +83,11 @@ def _reown_unclaimed(tx: Tx, schedule: Schedule, owner: str, now: datetime) -> N
     runs as the previous creator; they are the new owner's too. One claimed meanwhile
     keeps its version check failing here and runs as it was claimed."""
     for state in _UNCLAIMED:
-        after = 0
+        where = OccurrenceFilter(state=state)
+        after: int | None = None
         while True:
-            rows = tx.starts.find_occurrences(schedule.id, state, after, _PAGE)
+            at = Seek(_PAGE, after, Order.OLDEST)
+            rows = tx.starts.find_occurrences(schedule.id, where, at)
             for _, occurrence in rows:
                 if occurrence.created_by != owner:
                     tx.starts.compare_and_set(

@@ -24,15 +24,19 @@ from punctual.domain.permissions import Action, Principal, require
 from punctual.domain.runs import Run, RunState
 from punctual.domain.starts import TERMINAL_STATES
 from punctual.errors import not_found
-from punctual.ports.records import RunFilter
+from punctual.ports.records import Order, RunFilter
 from punctual.ports.store import Tx
 from punctual.usecases.kernel.context import Services
 from punctual.usecases.kernel.idempotency import IN_PROGRESS_BODY, Answer, Mutation, Outcome
-from punctual.usecases.kernel.paging import check_choice, check_limit, decode_cursor, page
+from punctual.usecases.kernel.paging import check_choice, page, seek
 from punctual.usecases.kernel.projections import run_view
 from punctual.usecases.running.execution import run_ended
 
 log = logging.getLogger("punctual.runs")
+
+
+RUN_SOURCES = ["scheduled_start", "schedule"]
+"""A run's ``origin.source``: what the ``origin`` filter names, besides an origin's id."""
 
 
 @dataclass(frozen=True)
@@ -40,8 +44,16 @@ class ListRuns:
     workflow: str | None = None
     state: str | None = None
     origin_id: str | None = None
+    """The id of the start or occurrence that started the run (``origin.id``)."""
     limit: int = 50
     cursor: str | None = None
+    order: str | None = None
+    """``newest`` (the default) or ``oldest``; absent with a cursor, the cursor's order."""
+    schedule_id: str | None = None
+    """Runs of that schedule's occurrences."""
+    origin: str | None = None
+    """``scheduled_start`` or ``schedule`` (``origin.source``); any other value is an
+    origin's id, as ``origin_id``."""
 
 
 def _load(tx: Tx, principal: Principal, run_id: str) -> Run:
@@ -56,13 +68,26 @@ def get(services: Services, principal: Principal, run_id: str) -> dict[str, Any]
         return run_view(_load(tx, principal, run_id))
 
 
+def _run_filter(query: ListRuns) -> RunFilter | None:
+    """The store's filter; None when it keeps no run (two different origin ids)."""
+    source = query.origin if query.origin in RUN_SOURCES else None
+    origin_id = query.origin_id
+    if query.origin and source is None:
+        if origin_id and origin_id != query.origin:
+            return None
+        origin_id = query.origin
+    return RunFilter(query.workflow, query.state, origin_id, query.schedule_id, source)
+
+
 def list_runs(services: Services, principal: Principal, query: ListRuns) -> dict[str, Any]:
-    limit = check_limit(query.limit)
+    at = seek(query.limit, query.cursor, query.order, legacy=Order.OLDEST)
     check_choice("state", query.state, [s.value for s in RunState])
-    where = RunFilter(query.workflow, query.state, query.origin_id)
+    where = _run_filter(query)
+    if where is None:
+        return page([], at, run_view)
     with services.store.transaction(readonly=True) as tx:
-        rows = tx.runs.find(principal.tenant, where, decode_cursor(query.cursor), limit + 1)
-    return page(rows, limit, run_view)
+        rows = tx.runs.find(principal.tenant, where, at)
+    return page(rows, at, run_view)
 
 
 def _load_to_mutate(tx: Tx, principal: Principal, run_id: str) -> Run | Outcome:

@@ -30,7 +30,7 @@ from punctual.domain.starts import (
     validate_new_start_at,
 )
 from punctual.errors import InvalidRequest, PunctualError, not_found
-from punctual.ports.records import NewStart, StartFilter
+from punctual.ports.records import NewStart, Order, StartFilter
 from punctual.ports.store import OneTripCreate, OneTripOutcome, Tx
 from punctual.usecases.kernel.admission import admit_input_and_class
 from punctual.usecases.kernel.audit import AuditedRequest
@@ -45,7 +45,7 @@ from punctual.usecases.kernel.idempotency import (
     Outcome,
 )
 from punctual.usecases.kernel.mutations import check_tenant
-from punctual.usecases.kernel.paging import check_choice, check_limit, decode_cursor, page
+from punctual.usecases.kernel.paging import check_choice, page, seek
 from punctual.usecases.kernel.projections import start_view
 from punctual.usecases.running.definitions import input_problems, require_active
 
@@ -84,6 +84,8 @@ class ListStarts:
     business_request_id: str | None = None
     limit: int = 50
     cursor: str | None = None
+    order: str | None = None
+    """``newest`` (the default) or ``oldest``; absent with a cursor, the cursor's order."""
 
 
 def create(services: Services, principal: Principal, cmd: CreateStart) -> Mutation:
@@ -415,9 +417,9 @@ def get(services: Services, principal: Principal, start_id: str) -> dict[str, An
 
 
 def list_starts(services: Services, principal: Principal, query: ListStarts) -> dict[str, Any]:
-    limit = check_limit(query.limit)
+    at = seek(query.limit, query.cursor, query.order, legacy=Order.OLDEST)
     check_choice("state", query.state, [s.value for s in StartState])
     where = StartFilter(query.state, query.workflow, query.business_request_id)
     with services.store.transaction(readonly=True) as tx:
-        rows = tx.starts.find(principal.tenant, where, decode_cursor(query.cursor), limit + 1)
-    return page(rows, limit, start_view)
+        rows = tx.starts.find(principal.tenant, where, at)
+    return page(rows, at, start_view)

@@ -10,7 +10,7 @@ from punctual.domain.permissions import Action, Principal, require
 from punctual.domain.recurrence import tzdata_version
 from punctual.domain.starts import StartState
 from punctual.errors import not_found
-from punctual.ports.records import Finding, StartFilter, WorkerRecord
+from punctual.ports.records import Finding, Order, Seek, StartFilter, WorkerRecord
 from punctual.ports.store import Tx
 from punctual.usecases.kernel.context import Services
 from punctual.usecases.kernel.idempotency import Answer, Mutation, Outcome
@@ -56,14 +56,14 @@ def report(services: Services, principal: Principal) -> dict[str, Any]:
         )
         failed_count = tx.starts.count_in_state(principal.tenant, StartState.FAILED)
         failed = tx.starts.find(
-            principal.tenant, StartFilter(state=StartState.FAILED.value), 0, FAILED_LIST_LIMIT
+            principal.tenant, StartFilter(state=StartState.FAILED.value), Seek(FAILED_LIST_LIMIT)
         )
         stalled = tx.starts.stalled(
             principal.tenant, STALL_GRACE.total_seconds(), now, FAILED_LIST_LIMIT
         )
         workers = tx.definitions.live_workers(since)
         counts = tx.starts.occurrence_counts(principal.tenant)
-        live = tx.schedules.find(principal.tenant, 0, SCHEDULE_LIST_LIMIT)
+        live = tx.schedules.find(principal.tenant, Seek(SCHEDULE_LIST_LIMIT, order=Order.OLDEST))
     findings = current(findings, workers)
     open_failures += drifting(findings)
     outage = any(f.kind == "engine_unavailable" for f in findings)

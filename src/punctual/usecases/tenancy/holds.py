@@ -22,12 +22,12 @@ from punctual.domain.ids import new_id
 from punctual.domain.permissions import Action, Principal, require
 from punctual.domain.retention import HoldKind, may_release, needs_subject_id
 from punctual.errors import Forbidden, InvalidRequest, NotFound, not_found
-from punctual.ports.records import Hold, NewHold
+from punctual.ports.records import Hold, NewHold, Order
 from punctual.ports.store import Tx
 from punctual.usecases.kernel.audit import HOST_ACTOR, host_entry
 from punctual.usecases.kernel.context import Services
 from punctual.usecases.kernel.idempotency import Answer, Mutation, Outcome
-from punctual.usecases.kernel.paging import check_choice, check_limit, decode_cursor, page
+from punctual.usecases.kernel.paging import check_choice, page, seek
 from punctual.usecases.kernel.projections import record_view
 
 MAX_REASON_LENGTH = 1000
@@ -46,6 +46,8 @@ class ListHolds:
     """``"true"`` lists only active holds; ``"false"`` or absent lists all."""
     limit: int = 50
     cursor: str | None = None
+    order: str | None = None
+    """``newest`` (the default) or ``oldest``; absent with a cursor, the cursor's order."""
 
 
 @dataclass(frozen=True)
@@ -143,16 +145,13 @@ def release(services: Services, principal: Principal, hold_id: str) -> Mutation:
 
 
 def list_holds(services: Services, principal: Principal, query: ListHolds) -> dict[str, Any]:
-    """Admins only; newest first."""
-    limit = check_limit(query.limit)
+    """Admins only; newest first unless ``order`` is ``oldest``."""
+    at = seek(query.limit, query.cursor, query.order, legacy=Order.NEWEST)
     check_choice("active", query.active, ["true", "false"])
-    before = decode_cursor(query.cursor) or None
     require(principal, Action.ADMINISTER)
     with services.store.transaction(readonly=True) as tx:
-        rows = tx.holds.find(
-            principal.tenant, active_only=query.active == "true", before_seq=before, limit=limit + 1
-        )
-    return page([(hold.seq, hold) for hold in rows], limit, hold_view)
+        rows = tx.holds.find(principal.tenant, active_only=query.active == "true", at=at)
+    return page([(hold.seq, hold) for hold in rows], at, hold_view)
 
 
 def place_by_host(

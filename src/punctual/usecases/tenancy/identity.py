@@ -12,12 +12,13 @@ from punctual.domain.ids import new_id
 from punctual.domain.permissions import Action, Principal, Role, require
 from punctual.domain.schedules import auto_disabled_status
 from punctual.errors import InvalidRequest, Unauthenticated, not_found
+from punctual.ports.records import Order
 from punctual.ports.store import Tx
 from punctual.usecases.firing import schedule_driver
 from punctual.usecases.kernel.context import Services
 from punctual.usecases.kernel.idempotency import Answer, Mutation, Outcome
-from punctual.usecases.kernel.paging import read_page
-from punctual.usecases.kernel.projections import token_view, ts
+from punctual.usecases.kernel.paging import member_position, member_seek, page, read_page, seek
+from punctual.usecases.kernel.projections import member_view, token_view, ts
 from punctual.usecases.outbound.outbox import notify_auto_disabled
 from punctual.usecases.recurring import history
 
@@ -205,12 +206,33 @@ def create_token(
 
 
 def list_tokens(
-    services: Services, principal: Principal, limit: int, cursor: str | None
+    services: Services,
+    principal: Principal,
+    limit: int,
+    cursor: str | None,
+    order: str | None = None,
 ) -> dict[str, Any]:
+    """Admins only; newest first unless ``order`` is ``oldest``."""
+    at = seek(limit, cursor, order, legacy=Order.OLDEST)
     require(principal, Action.ADMINISTER)
-    return read_page(
-        services, principal, limit, cursor, lambda tx: tx.identity.list_tokens, token_view
-    )
+    return read_page(services, principal, at, lambda tx: tx.identity.list_tokens, token_view)
+
+
+def list_members(
+    services: Services,
+    principal: Principal,
+    limit: int,
+    cursor: str | None,
+    order: str | None = None,
+) -> dict[str, Any]:
+    """Admins only; the tenant's members, the latest to join first unless ``order`` is
+    ``oldest`` (a role change keeps a member's place)."""
+    at = member_seek(limit, cursor, order)
+    require(principal, Action.ADMINISTER)
+    with services.store.transaction(readonly=True) as tx:
+        rows = tx.identity.members(principal.tenant, at)
+    keyed = [((m.created_at, m.subject), m) for m in rows]
+    return page(keyed, at, member_view, member_position)
 
 
 def revoke_token(services: Services, principal: Principal, token_id: str) -> Mutation:

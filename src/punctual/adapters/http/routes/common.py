@@ -17,7 +17,7 @@ from punctual.domain.starts import StartState
 from punctual.usecases.kernel.context import Services
 from punctual.usecases.kernel.idempotency import Mutation
 from punctual.usecases.kernel.mutations import Subject
-from punctual.usecases.kernel.paging import MAX_LIMIT
+from punctual.usecases.kernel.paging import MAX_LIMIT, ORDERS
 
 
 def get_edge(request: Request) -> Edge:
@@ -113,6 +113,7 @@ __all__ = [
     "PageCursor",
     "PageDep",
     "PageLimit",
+    "PageOrder",
     "Paging",
     "StartStateFilter",
     "choice_query",
@@ -159,22 +160,34 @@ PageLimit = Annotated[
 PageCursor = Annotated[
     str | None, Query(description="The `next_cursor` of the previous page; omit for the first.")
 ]
+PageOrder = Annotated[
+    str | None,
+    choice_query(
+        ORDERS,
+        "`newest` first (the default) or `oldest` first. A cursor keeps the order of the "
+        "page it came from: without `order` the next page follows it, and an `order` that "
+        "contradicts it is `422 invalid_cursor`.",
+    ),
+]
 
 
 @dataclass(frozen=True)
 class Paging:
-    """A list's ``limit`` and ``cursor`` as sent."""
+    """A list's ``limit``, ``cursor`` and ``order`` as sent."""
 
     limit: str | None
     cursor: str | None
+    order: str | None
 
     def size(self) -> int:
         """The parsed limit: asked for after authentication, never before a 401."""
         return parse_limit(self.limit)
 
 
-async def _paging(limit: PageLimit = None, cursor: PageCursor = None) -> Paging:
-    return Paging(limit, cursor)
+async def _paging(
+    limit: PageLimit = None, cursor: PageCursor = None, order: PageOrder = None
+) -> Paging:
+    return Paging(limit, cursor, order)
 
 
 # Its parameters come after the route's own in the document, whatever their place.

@@ -50,14 +50,14 @@ def place_hold(tenant: str, call: MutationDep) -> Response:
     "/holds",
     tags=["holds"],
     **answering(200, HoldPage, LIST, ADMIN),
-    description="Admin. Newest first; released holds show `released_at` (they are kept one "
-    "retention window after release).",
+    description="Admin. Newest first unless `order=oldest`; released holds show "
+    "`released_at` (they are kept one retention window after release).",
 )
 def list_holds(
     tenant: str, call: CallDep, page: PageDep, active: ActiveOnly = None
 ) -> dict[str, Any]:
     principal = call.principal(tenant)
-    query = holds.ListHolds(active=active, limit=page.size(), cursor=page.cursor)
+    query = holds.ListHolds(active=active, limit=page.size(), cursor=page.cursor, order=page.order)
     return holds.list_holds(call.services, principal, query)
 
 
@@ -77,8 +77,8 @@ def release_hold(tenant: str, hold_id: str, call: MutationDep) -> Response:
     "/audit",
     tags=["audit"],
     **answering(200, AuditPage, LIST, ADMIN),
-    description="Admin. One entry per decided mutation of the tenant, newest first; never "
-    "a body or input. `subject_id` and `actor` filter by exact match.",
+    description="Admin. One entry per decided mutation of the tenant, newest first unless "
+    "`order=oldest`; never a body or input. `subject_id` and `actor` filter by exact match.",
 )
 def list_audit_entries(
     tenant: str,
@@ -91,6 +91,10 @@ def list_audit_entries(
 ) -> dict[str, Any]:
     principal = call.principal(tenant)
     query = audit.ListAudit(
-        subject_id=subject_id, actor=actor, limit=page.size(), cursor=page.cursor
+        subject_id=subject_id,
+        actor=actor,
+        limit=page.size(),
+        cursor=page.cursor,
+        order=page.order,
     )
     return audit.list_entries(call.services, principal, query)

@@ -27,14 +27,14 @@ _Unread = Annotated[
 @router.get(
     "/notifications",
     **answering(200, NotificationPage, LIST),
-    description="The caller's own notifications, newest first; `unread=true` lists only "
-    "those not yet read.",
+    description="The caller's own notifications, newest first unless `order=oldest`; "
+    "`unread=true` lists only those not yet read.",
 )
 def list_notifications(
     tenant: str, call: CallDep, page: PageDep, unread: _Unread = None
 ) -> dict[str, Any]:
     principal = call.principal(tenant)
-    query = feed.ListNotifications(unread, page.size(), page.cursor)
+    query = feed.ListNotifications(unread, page.size(), page.cursor, page.order)
     return feed.list_notifications(call.services, principal, query)
 
 

@@ -21,9 +21,18 @@ from punctual.usecases.running import runs
 
 router = tenant_router("runs", collection="/runs")
 _StateFilter = Annotated[str | None, choice_query([s.value for s in RunState])]
-_OriginFilter = Annotated[
+_OriginIdFilter = Annotated[
     str | None, Query(description="The id of the start or occurrence that started the run.")
 ]
+_OriginFilter = Annotated[
+    str | None,
+    Query(
+        description="`scheduled_start` or `schedule`: runs whose `origin.source` is that; "
+        "any other value is the id of the start or occurrence that started the run, as "
+        "`origin_id`."
+    ),
+]
+_ScheduleFilter = Annotated[str | None, Query(description="Runs of this schedule's occurrences.")]
 
 
 @router.get("/{run_id}", **answering(200, Run, READ))
@@ -31,17 +40,32 @@ def get_run(tenant: str, run_id: str, call: CallDep) -> dict[str, Any]:
     return runs.get(call.services, call.principal(tenant), run_id)
 
 
-@router.get("", **answering(200, RunPage, LIST))
+@router.get(
+    "",
+    **answering(200, RunPage, LIST),
+    description="Runs, newest first unless `order=oldest`, filtered by what is given.",
+)
 def list_runs(
     tenant: str,
     call: CallDep,
     page: PageDep,
     workflow: str | None = None,
     state: _StateFilter = None,
-    origin_id: _OriginFilter = None,
+    schedule_id: _ScheduleFilter = None,
+    origin: _OriginFilter = None,
+    origin_id: _OriginIdFilter = None,
 ) -> dict[str, Any]:
     principal = call.principal(tenant)
-    query = runs.ListRuns(workflow, state, origin_id, page.size(), page.cursor)
+    query = runs.ListRuns(
+        workflow=workflow,
+        state=state,
+        origin_id=origin_id,
+        limit=page.size(),
+        cursor=page.cursor,
+        order=page.order,
+        schedule_id=schedule_id,
+        origin=origin,
+    )
     return runs.list_runs(call.services, principal, query)
 
 

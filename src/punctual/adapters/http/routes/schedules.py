@@ -28,6 +28,7 @@ from punctual.adapters.http.routes.common import (
     PageCursor,
     PageDep,
     PageLimit,
+    PageOrder,
     StartStateFilter,
     choice_query,
     documented_query,
@@ -44,6 +45,7 @@ from punctual.adapters.http.schemas import (
     VersionBody,
 )
 from punctual.domain.permissions import Principal
+from punctual.domain.schedules import OccurrenceOrigin
 from punctual.domain.timeutil import parse_rfc3339
 from punctual.errors import InvalidRequest
 from punctual.resources import (
@@ -194,8 +196,9 @@ def get_schedule(tenant: str, schedule_id: str, call: CallDep) -> dict[str, Any]
 @router.get(
     "/schedules",
     **answering(200, SchedulePage, LIST),
-    description="The live schedules in row order; `source` keeps those last applied from "
-    "that file of schedules (what `punctual schedules apply --prune` considers).",
+    description="The live schedules, newest first unless `order=oldest`; `source` keeps "
+    "those last applied from that file of schedules (what `punctual schedules apply "
+    "--prune` considers).",
 )
 def list_schedules(
     tenant: str,
@@ -204,10 +207,11 @@ def list_schedules(
     limit: PageLimit = None,
     cursor: PageCursor = None,
     source: Annotated[str | None, Query(description="The `source` of a file of schedules.")] = None,
+    order: PageOrder = None,
 ) -> dict[str, Any]:
     principal = call.principal(tenant)
     page = parse_limit(limit)
-    return schedules.list_schedules(call.services, principal, page, cursor, source)
+    return schedules.list_schedules(call.services, principal, page, cursor, source, order)
 
 
 @router.patch(
@@ -369,13 +373,35 @@ def backfill_schedule(tenant: str, schedule_id: str, call: MutationDep) -> Respo
 @router.get(
     "/schedules/{schedule_id}/occurrences",
     **answering(200, OccurrencePage, LIST),
-    description="The schedule's occurrences and skipped ranges, in generation order.",
+    description="The schedule's occurrences and skipped ranges in the order they were "
+    "generated, newest first unless `order=oldest`; `from` and `to` keep those whose "
+    "`occurrence_at`, or an instant of whose skipped range, is in `[from, to)`.",
 )
 def list_occurrences(
-    tenant: str, schedule_id: str, call: CallDep, page: PageDep, state: StartStateFilter = None
+    tenant: str,
+    schedule_id: str,
+    call: CallDep,
+    page: PageDep,
+    state: StartStateFilter = None,
+    origin: Annotated[
+        str | None, choice_query([o.value for o in OccurrenceOrigin], "Why it exists.")
+    ] = None,
+    after: Annotated[
+        str | None, documented_query(INSTANT, "Inclusive lower bound.", alias="from")
+    ] = None,
+    to: Annotated[str | None, documented_query(INSTANT, "Exclusive upper bound.")] = None,
 ) -> dict[str, Any]:
     principal = call.principal(tenant)
-    query = schedules.ListOccurrences(schedule_id, state, page.size(), page.cursor)
+    query = schedules.ListOccurrences(
+        schedule_id,
+        state,
+        page.size(),
+        page.cursor,
+        page.order,
+        origin=origin,
+        start=_instant(after, "from"),
+        end=_instant(to, "to"),
+    )
     return schedules.list_occurrences(call.services, principal, query)
 
 

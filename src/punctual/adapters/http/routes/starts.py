@@ -273,7 +273,7 @@ def get_start(tenant: str, start_id: str, call: CallDep) -> dict[str, Any]:
 @router.get(
     "",
     **answering(200, StartPage, LIST),
-    description="Starts in creation order, filtered by what is given.",
+    description="Starts, newest first unless `order=oldest`, filtered by what is given.",
 )
 def list_starts(
     tenant: str,
@@ -284,5 +284,7 @@ def list_starts(
     business_request_id: str | None = None,
 ) -> dict[str, Any]:
     principal = call.principal(tenant)
-    query = starts.ListStarts(state, workflow, business_request_id, page.size(), page.cursor)
+    query = starts.ListStarts(
+        state, workflow, business_request_id, page.size(), page.cursor, page.order
+    )
     return starts.list_starts(call.services, principal, query)

@@ -10,7 +10,15 @@ from punctual.adapters.http.openapi import ADMIN, IDEMPOTENCY_DOC, LIST, READ, a
 from punctual.adapters.http.routes.common import CallDep, MutationDep, PageDep, tenant_router
 from punctual.adapters.http.schemas import MemberBody, TokenBody
 from punctual.domain.permissions import Principal
-from punctual.resources import DefinitionPage, Finding, Health, IssuedToken, Member, TokenPage
+from punctual.resources import (
+    DefinitionPage,
+    Finding,
+    Health,
+    IssuedToken,
+    Member,
+    MemberPage,
+    TokenPage,
+)
 from punctual.usecases.kernel.idempotency import Mutation
 from punctual.usecases.running import definitions
 from punctual.usecases.tenancy import health, identity
@@ -39,6 +47,17 @@ def add_member(tenant: str, call: MutationDep) -> Response:
         return identity.add_member(call.services, principal, body.subject, body.role)
 
     return call.mutate(tenant, decide)
+
+
+@router.get(
+    "/members",
+    **answering(200, MemberPage, LIST, ADMIN),
+    description="Admin. The tenant's members and their roles, the latest to join first "
+    "unless `order=oldest` (a role change keeps a member's place).",
+)
+def list_members(tenant: str, call: CallDep, page: PageDep) -> dict[str, Any]:
+    principal = call.principal(tenant)
+    return identity.list_members(call.services, principal, page.size(), page.cursor, page.order)
 
 
 @router.delete(
@@ -73,11 +92,12 @@ def create_token(tenant: str, call: MutationDep) -> Response:
 @router.get(
     "/tokens",
     **answering(200, TokenPage, LIST, ADMIN),
-    description="Admin. The tenant's tokens, without their secrets.",
+    description="Admin. The tenant's tokens, without their secrets, newest first unless "
+    "`order=oldest`.",
 )
 def list_tokens(tenant: str, call: CallDep, page: PageDep) -> dict[str, Any]:
     principal = call.principal(tenant)
-    return identity.list_tokens(call.services, principal, page.size(), page.cursor)
+    return identity.list_tokens(call.services, principal, page.size(), page.cursor, page.order)
 
 
 @router.delete(

@@ -65,11 +65,11 @@ def create_webhook(tenant: str, call: MutationDep) -> Response:
 @router.get(
     "/webhooks",
     **answering(200, WebhookPage, LIST, ADMIN),
-    description="Admin. URLs are shown cut after their host.",
+    description="Admin. Newest first unless `order=oldest`; URLs are shown cut after their host.",
 )
 def list_webhooks(tenant: str, call: CallDep, page: PageDep) -> dict[str, Any]:
     principal = call.principal(tenant)
-    return webhooks.list_webhooks(call.services, principal, page.size(), page.cursor)
+    return webhooks.list_webhooks(call.services, principal, page.size(), page.cursor, page.order)
 
 
 @router.get("/webhooks/{webhook_id}", **answering(200, Webhook, READ, ADMIN), description="Admin.")
@@ -121,11 +121,13 @@ def test_webhook(tenant: str, webhook_id: str, call: MutationDep) -> Response:
 @router.get(
     "/webhooks/{webhook_id}/deliveries",
     **answering(200, DeliveryPage, LIST, ADMIN),
-    description="Admin. Newest first.",
+    description="Admin. Newest first unless `order=oldest`.",
 )
 def list_deliveries(tenant: str, webhook_id: str, call: CallDep, page: PageDep) -> dict[str, Any]:
     principal = call.principal(tenant)
-    return webhooks.list_deliveries(call.services, principal, webhook_id, page.size(), page.cursor)
+    return webhooks.list_deliveries(
+        call.services, principal, webhook_id, page.size(), page.cursor, page.order
+    )
 
 
 @router.post(

@@ -10,9 +10,9 @@ from sqlalchemy.engine import RowMapping
 
 from punctual.adapters.stores.sql import column_types
 from punctual.adapters.stores.sql import tables as t
-from punctual.adapters.stores.sql.reads import newest_first
+from punctual.adapters.stores.sql.reads import paged
 from punctual.adapters.stores.sql.rows import record_columns, record_from_row
-from punctual.ports.records import AuditEntry, NewAuditEntry
+from punctual.ports.records import AuditEntry, NewAuditEntry, Seek
 
 _a = t.audit_log.c
 
@@ -60,13 +60,12 @@ class SqlAudit:
         *,
         subject_id: str | None,
         actor: str | None,
-        before_seq: int | None,
-        limit: int,
+        at: Seek[int],
     ) -> list[AuditEntry]:
         query = sa.select(t.audit_log).where(_a.tenant == tenant)
         if subject_id is not None:
             query = query.where(_a.subject_id == subject_id)
         if actor is not None:
             query = query.where(_a.actor == actor)
-        query = newest_first(query, _a.seq, before_seq, limit)
+        query = paged(query, _a.seq, at)
         return [_entry(row) for row in self._conn.execute(query).mappings()]

@@ -9,9 +9,9 @@ from sqlalchemy.engine import RowMapping
 
 from punctual.adapters.stores.sql import tables as t
 from punctual.adapters.stores.sql.dialects import lock_name
-from punctual.adapters.stores.sql.reads import first_record, newest_first
+from punctual.adapters.stores.sql.reads import first_record, paged
 from punctual.adapters.stores.sql.rows import record_columns, record_from_row
-from punctual.ports.records import Hold, NewHold
+from punctual.ports.records import Hold, NewHold, Seek
 
 _h = t.holds.c
 
@@ -44,13 +44,11 @@ class SqlHolds:
             query = query.where(_h.tenant == tenant)
         return first_record(self._conn, query, _hold)
 
-    def find(
-        self, tenant: str, *, active_only: bool, before_seq: int | None, limit: int
-    ) -> list[Hold]:
+    def find(self, tenant: str, *, active_only: bool, at: Seek[int]) -> list[Hold]:
         query = sa.select(t.holds).where(_h.tenant == tenant)
         if active_only:
             query = query.where(_h.released_at.is_(None))
-        query = newest_first(query, _h.seq, before_seq, limit)
+        query = paged(query, _h.seq, at)
         return [_hold(row) for row in self._conn.execute(query).mappings()]
 
     def release(self, hold_id: str, released_by: str, now: datetime) -> Hold | None:

@@ -9,9 +9,10 @@ import sqlalchemy as sa
 
 from punctual.adapters.stores.sql import tables as t
 from punctual.adapters.stores.sql.dialects import insert_ignore
+from punctual.adapters.stores.sql.reads import paged
 from punctual.adapters.stores.sql.rows import record_from_row
 from punctual.domain.permissions import Principal, Role
-from punctual.ports.records import LiveToken, TokenRecord
+from punctual.ports.records import LiveToken, MemberRecord, Order, Seek, TokenRecord
 
 
 class SqlIdentity:
@@ -64,6 +65,23 @@ class SqlIdentity:
             sa.select(m.subject).where(m.tenant == tenant, m.role == role.value).order_by(m.subject)
         )
         return list(self._conn.execute(query).scalars())
+
+    def members(self, tenant: str, at: Seek[tuple[datetime, str]]) -> list[MemberRecord]:
+        """Keyset paging on ``(created_at, subject)``: members have no ``seq``, and a
+        tenant's are few, so no index is needed beyond the key's ``tenant``."""
+        m = t.members.c
+        query = sa.select(t.members).where(m.tenant == tenant)
+        newest = at.order is Order.NEWEST
+        if at.after is not None:
+            joined, subject = at.after
+            past = (m.created_at < joined) if newest else (m.created_at > joined)
+            tied = (m.subject < subject) if newest else (m.subject > subject)
+            query = query.where(sa.or_(past, sa.and_(m.created_at == joined, tied)))
+        keys = (m.created_at.desc(), m.subject.desc()) if newest else (m.created_at, m.subject)
+        rows = self._conn.execute(query.order_by(*keys).limit(at.limit)).mappings()
+        return [
+            MemberRecord(r["tenant"], r["subject"], Role(r["role"]), r["created_at"]) for r in rows
+        ]
 
     def remove_member(self, tenant: str, subject: str) -> bool:
         result = self._conn.execute(
@@ -126,13 +144,9 @@ class SqlIdentity:
         principal = Principal(tenant=row["tenant"], subject=row["subject"], role=Role(row["role"]))
         return LiveToken(principal, row["expires_at"])
 
-    def list_tokens(self, tenant: str, after_seq: int, limit: int) -> list[TokenRecord]:
-        query = (
-            sa.select(t.tokens)
-            .where(t.tokens.c.tenant == tenant, t.tokens.c.seq > after_seq)
-            .order_by(t.tokens.c.seq)
-            .limit(limit)
-        )
+    def list_tokens(self, tenant: str, at: Seek[int]) -> list[TokenRecord]:
+        query = sa.select(t.tokens).where(t.tokens.c.tenant == tenant)
+        query = paged(query, t.tokens.c.seq, at)
         return [record_from_row(TokenRecord, r) for r in self._conn.execute(query).mappings()]
 
     def revoke_token(self, tenant: str, token_id: str, now: datetime) -> bool:

@@ -10,9 +10,9 @@ from sqlalchemy.engine import RowMapping
 
 from punctual.adapters.stores.sql import tables as t
 from punctual.adapters.stores.sql.dialects import insert_ignore
-from punctual.adapters.stores.sql.reads import first_record, newest_first
+from punctual.adapters.stores.sql.reads import first_record, paged
 from punctual.adapters.stores.sql.rows import record_columns, record_from_row
-from punctual.ports.records import NewNotification, Notification
+from punctual.ports.records import NewNotification, Notification, Seek
 
 _n = t.notifications.c
 
@@ -37,13 +37,12 @@ class SqlNotifications:
         recipient: str,
         *,
         unread_only: bool,
-        before_seq: int | None,
-        limit: int,
+        at: Seek[int],
     ) -> list[Notification]:
         query = sa.select(t.notifications).where(_n.tenant == tenant, _n.recipient == recipient)
         if unread_only:
             query = query.where(_n.read_at.is_(None))
-        query = newest_first(query, _n.seq, before_seq, limit)
+        query = paged(query, _n.seq, at)
         return [_notification(row) for row in self._conn.execute(query).mappings()]
 
     def get(self, tenant: str, recipient: str, notification_id: str) -> Notification | None:

@@ -1,4 +1,4 @@
-"""Reads the repositories share: one row as a record, and a page newest first."""
+"""Reads the repositories share: one row as a record, and a page of a list."""
 
 from __future__ import annotations
 
@@ -7,6 +7,8 @@ from typing import Any, TypeVar
 
 import sqlalchemy as sa
 from sqlalchemy.engine import RowMapping
+
+from punctual.ports.records import Order, Seek
 
 Found = TypeVar("Found")
 
@@ -19,11 +21,13 @@ def first_record(
     return None if row is None else record(row)
 
 
-def newest_first(
-    query: sa.Select[Any], seq: sa.Column[int], before_seq: int | None, limit: int
-) -> sa.Select[Any]:
-    """A page of ``query``: ``limit`` rows newest first (``seq`` descending), older than
-    ``before_seq`` when given."""
-    if before_seq is not None:
-        query = query.where(seq < before_seq)
-    return query.order_by(seq.desc()).limit(limit)
+def paged(query: sa.Select[Any], seq: sa.Column[int], at: Seek[int]) -> sa.Select[Any]:
+    """The page of ``query`` that ``at`` selects by ``seq``: a descending scan for newest
+    first, so the ``(…, seq)`` indexes serve both orders."""
+    if at.order is Order.NEWEST:
+        if at.after is not None:
+            query = query.where(seq < at.after)
+        return query.order_by(seq.desc()).limit(at.limit)
+    if at.after is not None:
+        query = query.where(seq > at.after)
+    return query.order_by(seq).limit(at.limit)

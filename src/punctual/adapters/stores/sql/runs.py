@@ -23,7 +23,7 @@ from punctual.adapters.stores.sql.dialects import (
     update_many,
 )
 from punctual.adapters.stores.sql.listener import ENDED_CHANNEL, RUNS_CHANNEL
-from punctual.adapters.stores.sql.reads import first_record
+from punctual.adapters.stores.sql.reads import first_record, paged
 from punctual.adapters.stores.sql.rows import (
     encrypted_columns,
     encrypted_from_row,
@@ -39,6 +39,7 @@ from punctual.ports.records import (
     RunClaim,
     RunFilter,
     RunFlags,
+    Seek,
     StoreEndedRun,
 )
 
@@ -102,17 +103,21 @@ class SqlRuns:
         query = sa.select(t.runs).where(_r.tenant == tenant, _r.id == run_id)
         return first_record(self._conn, query, run_from_row)
 
-    def find(
-        self, tenant: str, where: RunFilter, after_seq: int, limit: int
-    ) -> list[tuple[int, Run]]:
-        query = sa.select(t.runs).where(_r.tenant == tenant, _r.seq > after_seq)
+    def find(self, tenant: str, where: RunFilter, at: Seek[int]) -> list[tuple[int, Run]]:
+        query = sa.select(t.runs).where(_r.tenant == tenant)
         if where.workflow:
             query = query.where(_r.workflow == where.workflow)
         if where.state:
             query = query.where(_r.state == where.state)
         if where.origin_id:
             query = query.where(_r.origin_id == where.origin_id)
-        query = query.order_by(_r.seq).limit(limit)
+        if where.schedule_id:
+            query = query.where(_r.schedule_id == where.schedule_id)
+        if where.source == "schedule":
+            query = query.where(_r.schedule_id.is_not(None))
+        elif where.source == "scheduled_start":
+            query = query.where(_r.schedule_id.is_(None))
+        query = paged(query, _r.seq, at)
         return [(r["seq"], run_from_row(r)) for r in self._conn.execute(query).mappings()]
 
     def count_unfinished(self, workflow: str, version: str) -> int:

@@ -19,7 +19,7 @@ from punctual.adapters.stores.sql.dialects import (
     update_many,
     upsert,
 )
-from punctual.adapters.stores.sql.reads import first_record
+from punctual.adapters.stores.sql.reads import first_record, paged
 from punctual.domain.ids import new_id
 from punctual.domain.schedule_audit import EventKind, ScheduleEvent
 from punctual.domain.schedules import (
@@ -46,6 +46,7 @@ from punctual.ports.records import (
     EndedStatus,
     Fired,
     NewSchedule,
+    Seek,
 )
 
 _c = t.schedules.c
@@ -239,14 +240,12 @@ class SqlSchedules:
         return int(self._conn.execute(query).scalar_one())
 
     def find(
-        self, tenant: str, after_seq: int, limit: int, source: str | None = None
+        self, tenant: str, at: Seek[int], source: str | None = None
     ) -> list[tuple[int, Schedule]]:
-        query = _with_status().where(
-            _c.tenant == tenant, _c.seq > after_seq, _c.deleted_at.is_(None)
-        )
+        query = _with_status().where(_c.tenant == tenant, _c.deleted_at.is_(None))
         if source is not None:
             query = query.where(_c.source == source)
-        query = query.order_by(_c.seq).limit(limit)
+        query = paged(query, _c.seq, at)
         return [(r["seq"], schedule_from_row(r)) for r in self._conn.execute(query).mappings()]
 
     def by_name(self, tenant: str, name: str, *, lock: bool = False) -> Schedule | None:

@@ -23,7 +23,7 @@ from punctual.adapters.stores.sql.dialects import (
 from punctual.adapters.stores.sql.keys import key_usage
 from punctual.adapters.stores.sql.listener import DUE_CHANNEL
 from punctual.adapters.stores.sql.pending_counts import pending_by_class
-from punctual.adapters.stores.sql.reads import first_record
+from punctual.adapters.stores.sql.reads import first_record, paged
 from punctual.adapters.stores.sql.rows import (
     encrypted_columns,
     encrypted_from_row,
@@ -44,6 +44,8 @@ from punctual.ports.records import (
     DispatchedStart,
     NewOccurrence,
     NewStart,
+    OccurrenceFilter,
+    Seek,
     StartFilter,
     StoredOccurrence,
 )
@@ -207,12 +209,22 @@ class SqlStarts:
         return first_record(self._conn, query, _occurrence_from_row)
 
     def find_occurrences(
-        self, schedule_id: str, state: str | None, after_seq: int, limit: int
+        self, schedule_id: str, where: OccurrenceFilter, at: Seek[int]
     ) -> list[tuple[int, ScheduledStart]]:
-        query = sa.select(t.starts).where(_s.schedule_id == schedule_id, _s.seq > after_seq)
-        if state:
-            query = query.where(_s.state == state)
-        query = query.order_by(_s.seq).limit(limit)
+        query = sa.select(t.starts).where(_s.schedule_id == schedule_id)
+        if where.state:
+            query = query.where(_s.state == where.state)
+        if where.origin == OccurrenceOrigin.SCHEDULE.value:
+            query = query.where(sa.or_(_s.origin.is_(None), _s.origin == where.origin))
+        elif where.origin:
+            query = query.where(_s.origin == where.origin)
+        if where.end is not None:
+            query = query.where(_s.occurrence_at < where.end)
+        if where.start is not None:
+            # A skipped range counts when any of its instants is in [start, end).
+            last = sa.func.coalesce(_s.range_last, _s.occurrence_at)
+            query = query.where(last >= where.start)
+        query = paged(query, _s.seq, at)
         return [(r["seq"], _occurrence_from_row(r)) for r in self._conn.execute(query).mappings()]
 
     def cancel_unstarted(self, schedule_id: str, reason: str, now: datetime) -> int:
@@ -346,18 +358,16 @@ class SqlStarts:
         return (StartState(row[0]), str(row[1])) if row is not None else None
 
     def find(
-        self, tenant: str, where: StartFilter, after_seq: int, limit: int
+        self, tenant: str, where: StartFilter, at: Seek[int]
     ) -> list[tuple[int, ScheduledStart]]:
-        query = sa.select(t.starts).where(
-            _s.tenant == tenant, _s.seq > after_seq, _s.schedule_id.is_(None)
-        )
+        query = sa.select(t.starts).where(_s.tenant == tenant, _s.schedule_id.is_(None))
         if where.state:
             query = query.where(_s.state == where.state)
         if where.workflow:
             query = query.where(_s.workflow == where.workflow)
         if where.business_request_id:
             query = query.where(_s.business_request_id == where.business_request_id)
-        query = query.order_by(_s.seq).limit(limit)
+        query = paged(query, _s.seq, at)
         return [(r["seq"], start_from_row(r)) for r in self._conn.execute(query).mappings()]
 
     def count_pending(self, tenant: str, workload_class: str | None = None) -> int:

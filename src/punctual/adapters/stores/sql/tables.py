@@ -124,6 +124,9 @@ idempotency_keys = sa.Table(
     sa.Index(None, "tenant", "decided_at"),
 )
 
+OF_A_SCHEDULE = "schedule_id IS NOT NULL"
+"""The predicate of the indexes that read a schedule's occurrences and runs in row order."""
+
 starts = sa.Table(
     "starts",
     metadata,
@@ -193,6 +196,9 @@ starts = sa.Table(
     sa.Index(None, "tenant", "business_request_id"),
     sa.Index(None, "tenant", "state"),
     sa.Index(None, "schedule_id", "state"),
+    # A schedule's occurrences a page at a time, newest or oldest first (migration 0023);
+    # one-off starts, the create path's rows, are not in it.
+    _partial_index("ix_starts_schedule_seq", "schedule_id", "seq", where=OF_A_SCHEDULE),
 )
 
 FOLLOW_UP_ENDED = "schedule_id IS NOT NULL AND follow_up < 2 AND ended_at IS NOT NULL"
@@ -248,6 +254,8 @@ runs = sa.Table(
     sa.Index(None, "tenant", "workflow"),
     sa.Index(None, "origin_id"),
     sa.Index(None, "schedule_id", "state"),
+    # A schedule's runs a page at a time, newest or oldest first (migration 0023).
+    _partial_index("ix_runs_schedule_seq", "schedule_id", "seq", where=OF_A_SCHEDULE),
     # A schedule's last runs to end with an outcome, read a few at a time however long its
     # history (the follow-through's ``schedule_failing`` judgement, OP-2).
     _partial_index(

@@ -19,7 +19,7 @@ from sqlalchemy.engine import RowMapping
 from punctual.adapters.stores.sql import tables as t
 from punctual.adapters.stores.sql.dialects import for_update, insert_ignore, notify, update_many
 from punctual.adapters.stores.sql.listener import DELIVERIES_CHANNEL
-from punctual.adapters.stores.sql.reads import first_record, newest_first
+from punctual.adapters.stores.sql.reads import first_record, paged
 from punctual.adapters.stores.sql.rows import (
     encrypted_columns,
     encrypted_from_row,
@@ -33,6 +33,7 @@ from punctual.ports.records import (
     EncryptedInput,
     NewDelivery,
     NewWebhook,
+    Seek,
     WebhookRecord,
 )
 
@@ -90,13 +91,9 @@ class SqlWebhooks:
         )
         return first_record(self._conn, query, _webhook)
 
-    def find(self, tenant: str, after_seq: int, limit: int) -> list[WebhookRecord]:
-        query = (
-            sa.select(t.webhooks)
-            .where(_w.tenant == tenant, _w.seq > after_seq, _w.deleted_at.is_(None))
-            .order_by(_w.seq)
-            .limit(limit)
-        )
+    def find(self, tenant: str, at: Seek[int]) -> list[WebhookRecord]:
+        query = sa.select(t.webhooks).where(_w.tenant == tenant, _w.deleted_at.is_(None))
+        query = paged(query, _w.seq, at)
         return [_webhook(row) for row in self._conn.execute(query).mappings()]
 
     def update(
@@ -256,13 +253,11 @@ class SqlWebhooks:
             where=[_d.status == _PENDING],
         )
 
-    def deliveries(
-        self, tenant: str, webhook_id: str, before_seq: int | None, limit: int
-    ) -> list[Delivery]:
+    def deliveries(self, tenant: str, webhook_id: str, at: Seek[int]) -> list[Delivery]:
         query = sa.select(t.webhook_deliveries).where(
             _d.tenant == tenant, _d.webhook_id == webhook_id
         )
-        query = newest_first(query, _d.seq, before_seq, limit)
+        query = paged(query, _d.seq, at)
         return [_delivery(row) for row in self._conn.execute(query).mappings()]
 
     def get_delivery(self, tenant: str, webhook_id: str, delivery_id: str) -> Delivery | None:
