@@ -456,3 +456,54 @@ def test_a_follow_through_of_another_shape_still_renders(
                 assert "<code>metrics.score</code>: — → —" in row
     finally:
         system.close()
+
+
+def drawn(html: str) -> set[str]:
+    """The occurrences the timeline draws a mark for."""
+    return set(
+        re.findall(r'<g class="mark" data-lane="decision"[^>]*data-occurrence-id="([^"]+)"', html)
+    )
+
+
+def test_the_timeline_reads_its_window_by_instant_whatever_came_before(
+    sqlite_url: str, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A large backfill of old instants, written after the window's first fires, and a
+    history longer than the picture draws: the window's occurrences are all drawn, the
+    newest first when there are too many."""
+    clock = FakeClock(datetime(2026, 5, 4, 8, 0, tzinfo=UTC))
+    system = bootstrap.build(make_settings(sqlite_url, tmp_path), clock=clock)
+    try:
+        with in_process(system) as client:
+            ui = make_ui(system, client)
+            sid = schedule(ui, spec={"cron": "0 * * * *"})["id"]
+            api = ui.api(ui.member)
+            for _ in range(5):
+                clock.advance(3600)
+                generate(system.services, 1000)
+            backfilled = api.post(
+                f"/schedules/{sid}/backfill",
+                {"from": "2026-03-01T00:00:00Z", "to": "2026-03-15T00:00:00Z"},
+            )
+            assert backfilled.json()["generated"] > 300, backfilled.text
+            for _ in range(3):
+                clock.advance(3600)
+                generate(system.services, 1000)
+            clock.advance(7)
+            triggered = api.post(f"/schedules/{sid}/trigger").json()["id"]
+            clock.advance(1)
+            ui.sign_in(ui.member)
+            html = page_of(ui, sid).text
+            assert "Timeline of the last 30 hours" in html
+            window = occurrences(ui, sid, **{"from": "2026-05-03T10:00:00Z"})
+            assert len(window) == 9, "eight fires and the trigger"
+            assert triggered in {o["id"] for o in window}
+            assert drawn(html) == {o["id"] for o in window}
+
+            monkeypatch.setattr(routes, "TIMELINE_MARKS", 4)
+            html = page_of(ui, sid).text
+            by_instant = sorted(window, key=lambda o: o["occurrence_at"], reverse=True)
+            assert drawn(html) == {o["id"] for o in by_instant[:4]}, "the newest of the window"
+            assert "more stored occurrences" in html
+    finally:
+        system.close()

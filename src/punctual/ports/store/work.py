@@ -162,6 +162,13 @@ class Starts(Protocol):
         """The page of the schedule's occurrences ``at`` selects, by ``seq`` (the order
         they were generated in)."""
 
+    def occurrences_since(
+        self, schedule_id: str, since: datetime, limit: int
+    ) -> list[ScheduledStart]:
+        """The schedule's rows whose instant is at or after ``since``, newest instant first,
+        at most ``limit``; then the skipped ranges that began before ``since`` and reach
+        into it. Read by instant, never through the older history (a timeline's window)."""
+
     def cancel_unstarted(self, schedule_id: str, reason: str, now: datetime) -> int:
         """Cancel the schedule's scheduled and buffered occurrences, with ``reason``."""
 

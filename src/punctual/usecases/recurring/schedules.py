@@ -425,6 +425,25 @@ def list_occurrences(
     return page(rows, at, lambda o: occurrence_view(o, follows.get(o.id)))
 
 
+def occurrences_since(
+    services: Services, principal: Principal, schedule_id: str, since: datetime, limit: int
+) -> tuple[list[dict[str, Any]], bool]:
+    """The views of the schedule's occurrences from ``since`` on (and the skipped ranges
+    that reach into it), newest first, at most ``limit``, and whether there were more: what
+    a timeline of a window draws, read by instant whatever the history behind it."""
+    with services.store.transaction(readonly=True) as tx:
+        if tx.schedules.get(principal.tenant, schedule_id, deleted=True) is None:
+            raise not_found("schedule", schedule_id)
+        rows = tx.starts.occurrences_since(schedule_id, since, limit + 1)
+        before = [o for o in rows if o.occurrence_at is not None and o.occurrence_at < since]
+        earlier = {o.id for o in before}
+        inside = [o for o in rows if o.id not in earlier]
+        more = len(inside) > limit
+        kept = [*inside[:limit], *before]
+        follows = tx.follow_through.get_many([o.id for o in kept])
+    return [occurrence_view(o, follows.get(o.id)) for o in kept], more
+
+
 def cancel_occurrence(
     services: Services, principal: Principal, schedule_id: str, occurrence_id: str, version: int
 ) -> Mutation:

@@ -66,8 +66,8 @@ log = logging.getLogger("punctual.http.ui")
 router = APIRouter(prefix=PREFIX, include_in_schema=False)
 
 PAGE_SIZE = 50
-SCAN_PAGE_SIZE = 100
-SCAN_PAGES = 100
+TIMELINE_MARKS = 2_000
+"""The most occurrences a timeline draws: the newest of its window."""
 """The timeline reads at most this many pages of occurrences (10,000 rows)."""
 _MAX_FORM_FIELDS = 20
 _ACKNOWLEDGE_ROUTE = PREFIX + "/t/{tenant}/health/findings/{finding_id}/acknowledge"
@@ -463,25 +463,10 @@ def schedules_page(
 def _recent_occurrences(
     edge: Edge, principal: Principal, schedule_id: str, since: datetime
 ) -> tuple[list[dict[str, Any]], bool]:
-    """The occurrences whose time (or range) reaches into the window, and whether the scan
-    stopped at its bound before the end of the list.
-
-    The list's order is the use case's. Once the scan has found some of the window's
-    occurrences, a page without any ends it: they are written together, so they lie
-    together in the list whether it runs oldest or newest first."""
-    found: list[dict[str, Any]] = []
-    cursor: str | None = None
-    for _ in range(SCAN_PAGES):
-        query = schedules.ListOccurrences(schedule_id, None, SCAN_PAGE_SIZE, cursor)
-        page = schedules.list_occurrences(edge.services, principal, query)
-        reaching = [o for o in page["items"] if timeline.reaches(o, since)]
-        if found and not reaching:
-            return found, False
-        found.extend(reaching)
-        cursor = page["next_cursor"]
-        if cursor is None:
-            return found, False
-    return found, True
+    """The occurrences whose time (or range) reaches into the window, read by instant (a
+    long history behind the window costs nothing), and whether there were more than the
+    picture draws."""
+    return schedules.occurrences_since(edge.services, principal, schedule_id, since, TIMELINE_MARKS)
 
 
 def _window(view: dict[str, Any], now: datetime) -> timeline.Window:

@@ -227,6 +227,26 @@ class SqlStarts:
         query = paged(query, _s.seq, at)
         return [(r["seq"], _occurrence_from_row(r)) for r in self._conn.execute(query).mappings()]
 
+    def occurrences_since(
+        self, schedule_id: str, since: datetime, limit: int
+    ) -> list[ScheduledStart]:
+        # Down the (schedule_id, occurrence_at, rerun) key from the newest instant, and the
+        # partial index of ranges for a skipped stretch that began before the window.
+        inside = (
+            sa.select(t.starts)
+            .where(_s.schedule_id == schedule_id, _s.occurrence_at >= since)
+            .order_by(_s.occurrence_at.desc(), _s.rerun.desc())
+            .limit(limit)
+        )
+        reaching = sa.select(t.starts).where(
+            _s.schedule_id == schedule_id,
+            _s.range_last.is_not(None),
+            _s.range_last >= since,
+            _s.occurrence_at < since,
+        )
+        rows = [*self._conn.execute(inside).mappings(), *self._conn.execute(reaching).mappings()]
+        return [_occurrence_from_row(row) for row in rows]
+
     def cancel_unstarted(self, schedule_id: str, reason: str, now: datetime) -> int:
         """Cancel a schedule's occurrences that have not been claimed (delete, RS-5b)."""
         return self._conn.execute(
