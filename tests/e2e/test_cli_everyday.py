@@ -162,6 +162,16 @@ def test_a_schedule_is_named_by_id_or_name_anywhere(cli: Cli) -> None:
     occurrence = cli.json("schedules", "trigger", "reports/daily")
     assert occurrence["schedule_id"] == made["id"]
     assert occurrence["origin"] == "trigger"
+    triggered = cli.json(
+        "schedules", "occurrences", "reports/daily", "--origin", "trigger", "--from",
+        occurrence["occurrence_at"],
+    )  # fmt: skip
+    assert [o["id"] for o in triggered["items"]] == [occurrence["id"]]
+    none_before = cli.json(
+        "schedules", "occurrences", "reports/daily", "--to", occurrence["occurrence_at"],
+        "--origin", "trigger",
+    )  # fmt: skip
+    assert none_before["items"] == []
     listed = cli.json("schedules", "occurrences", "reports/daily")
     assert listed == cli.route(f"/schedules/{made['id']}/occurrences")
     assert occurrence["id"] in [o["id"] for o in listed["items"]]
@@ -258,6 +268,19 @@ def test_a_regression_reaches_notifications_and_a_signed_webhook(
     second = cli.json("schedules", "trigger", "scored")
     assert first["id"] != second["id"]
 
+    def both_runs() -> list[dict[str, Any]] | None:
+        runs: list[dict[str, Any]] = cli.route(f"/runs?schedule_id={made['id']}")["items"]
+        return runs if len(runs) == 2 else None
+
+    wait_for("the second run", both_runs, RUN_SECONDS, step=0.2)
+    newest, oldest = together(
+        lambda: cli.json("runs", "list", "--schedule", "scored"),
+        lambda: cli.json("runs", "list", "--schedule", made["id"], "--order", "oldest"),
+    )
+    assert [run["origin"]["id"] for run in newest["items"]] == [second["id"], first["id"]]
+    assert newest["items"] == oldest["items"][::-1]
+    assert oldest == cli.route(f"/runs?schedule_id={made['id']}&order=oldest")
+
     def regression() -> dict[str, Any] | None:
         page = cli.route("/notifications?unread=true")["items"]
         return next((n for n in page if n["kind"] == "regression"), None)
@@ -347,3 +370,23 @@ def test_holds_and_the_audit_log(cli: Cli) -> None:
         ["admin", "place_hold"],
     ]
     assert printed.splitlines()[-1].startswith("(more: --cursor ")
+
+
+def test_members_are_listed_latest_first(cli: Cli) -> None:
+    for subject in ("member-one", "member-two"):
+        ok(cli("members", "add", "--subject", subject, "--role", "viewer"))
+    listed, human, oldest = together(
+        lambda: cli.json("members", "list"),
+        lambda: cli("members", "list", "--limit", "2"),
+        lambda: cli.json("members", "list", "--order", "oldest"),
+    )
+    assert listed == cli.route("/members")
+    assert [m["subject"] for m in listed["items"]][:2] == ["member-two", "member-one"]
+    assert oldest["items"] == listed["items"][::-1]
+    header, rows = header_and_rows(ok(human))
+    assert header.split() == ["SUBJECT", "ROLE", "JOINED"]
+    assert [row.split()[:2] for row in rows] == [["member-two", "viewer"], ["member-one", "viewer"]]
+    assert ok(human).splitlines()[-1].startswith("(more: --cursor ")
+
+    bad = cli("members", "list", "--order", "sideways")
+    assert bad.returncode == 2, bad.stderr

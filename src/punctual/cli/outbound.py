@@ -14,11 +14,13 @@ from punctual.cli.remote import (
     CursorOpt,
     KeyOpt,
     LimitOpt,
+    OrderOpt,
     Remote,
     block,
     emit,
     last_error,
     mutation_key,
+    order_of,
     session,
     table,
     tenant_command,
@@ -62,10 +64,13 @@ def notifications_list(
     unread: Annotated[bool, typer.Option("--unread", help="Only those not read yet.")] = False,
     limit: LimitOpt = None,
     cursor: CursorOpt = None,
+    order: OrderOpt = None,
 ) -> None:
     """Your notifications, newest first."""
     with session(remote, as_json) as client:
-        page = client.list_notifications(unread=unread, limit=limit, cursor=cursor)
+        page = client.list_notifications(
+            unread=unread, limit=limit, cursor=cursor, order=order_of(order)
+        )
     rows = [notification_row(n) for n in page.items]
     headers = ("ID", "CREATED", "KIND", "READ", "SCHEDULE", "TITLE")
     emit(page, as_json, table(headers, rows, page.next_cursor, "no notifications"))
@@ -169,10 +174,11 @@ def webhooks_list(
     as_json: bool,
     limit: LimitOpt = None,
     cursor: CursorOpt = None,
+    order: OrderOpt = None,
 ) -> None:
     """The tenant's webhooks (URLs cut after their host)."""
     with session(remote, as_json) as client:
-        page = client.list_webhooks(limit=limit, cursor=cursor)
+        page = client.list_webhooks(limit=limit, cursor=cursor, order=order_of(order))
     rows = [(w.id, w.created_at, ", ".join(w.events) or "every kind", w.url) for w in page.items]
     headers = ("ID", "CREATED", "EVENTS", "URL")
     emit(page, as_json, table(headers, rows, page.next_cursor, "no webhooks"))
@@ -263,11 +269,12 @@ def webhooks_deliveries(
     webhook_id: WebhookIdArg,
     limit: LimitOpt = None,
     cursor: CursorOpt = None,
+    order: OrderOpt = None,
 ) -> None:
     """A webhook's deliveries, newest first: delivered, pending (with its next try) or
     failed (with why)."""
     with session(remote, as_json) as client:
-        page = client.list_deliveries(webhook_id, limit=limit, cursor=cursor)
+        page = client.list_deliveries(webhook_id, limit=limit, cursor=cursor, order=order_of(order))
     rows = [
         (
             d.id,

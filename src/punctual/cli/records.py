@@ -13,10 +13,12 @@ from punctual.cli.remote import (
     CursorOpt,
     KeyOpt,
     LimitOpt,
+    OrderOpt,
     Remote,
     block,
     emit,
     mutation_key,
+    order_of,
     session,
     table,
     tenant_command,
@@ -84,10 +86,11 @@ def holds_list(
     active: Annotated[bool, typer.Option("--active", help="Only those not released.")] = False,
     limit: LimitOpt = None,
     cursor: CursorOpt = None,
+    order: OrderOpt = None,
 ) -> None:
     """The tenant's holds, newest first."""
     with session(remote, as_json) as client:
-        page = client.list_holds(active=active, limit=limit, cursor=cursor)
+        page = client.list_holds(active=active, limit=limit, cursor=cursor, order=order_of(order))
     rows = [hold_row(h) for h in page.items]
     headers = ("ID", "PLACED", "SUBJECT", "ID OF SUBJECT", "BY", "RELEASED", "REASON")
     emit(page, as_json, table(headers, rows, page.next_cursor, "no holds"))
@@ -131,11 +134,12 @@ def audit_list(
     ] = None,
     limit: LimitOpt = None,
     cursor: CursorOpt = None,
+    order: OrderOpt = None,
 ) -> None:
     """Who changed what, newest first: one entry per decided change, never its body."""
     with session(remote, as_json) as client:
         page = client.list_audit_entries(
-            subject_id=subject_id, actor=actor, limit=limit, cursor=cursor
+            subject_id=subject_id, actor=actor, limit=limit, cursor=cursor, order=order_of(order)
         )
     rows = [audit_entry_row(e) for e in page.items]
     headers = ("AT", "ACTOR", "ACTION", "STATUS", "SUBJECT", "REQUEST")

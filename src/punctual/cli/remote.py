@@ -21,8 +21,9 @@ from collections.abc import Iterable, Iterator, Sequence
 from contextlib import contextmanager
 from dataclasses import dataclass
 from datetime import UTC, datetime
+from enum import StrEnum
 from pathlib import Path
-from typing import TYPE_CHECKING, Annotated, Any, NoReturn
+from typing import TYPE_CHECKING, Annotated, Any, Literal, NoReturn
 from urllib.parse import urlsplit
 
 import typer
@@ -81,6 +82,29 @@ VersionOpt = Annotated[
 ]
 LimitOpt = Annotated[int | None, typer.Option(help="At most this many (1-100).")]
 CursorOpt = Annotated[str | None, typer.Option(help="The next_cursor of the page before.")]
+
+
+class ListOrder(StrEnum):
+    """A list's order (API.md "Lists")."""
+
+    NEWEST = "newest"
+    OLDEST = "oldest"
+
+
+OrderOpt = Annotated[
+    ListOrder | None,
+    typer.Option(
+        help="newest first (the default) or oldest first; a --cursor keeps its page's order.",
+        show_default=False,
+    ),
+]
+
+
+def order_of(order: ListOrder | None) -> Literal["newest", "oldest"] | None:
+    """The ``order`` a list call sends: as given, or the server's default."""
+    if order is None:
+        return None
+    return "oldest" if order is ListOrder.OLDEST else "newest"
 
 
 @dataclass(frozen=True)

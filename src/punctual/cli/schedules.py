@@ -20,6 +20,7 @@ from punctual.cli.remote import (
     CursorOpt,
     KeyOpt,
     LimitOpt,
+    OrderOpt,
     Remote,
     VersionOpt,
     block,
@@ -28,6 +29,7 @@ from punctual.cli.remote import (
     fail,
     last_error,
     mutation_key,
+    order_of,
     parse_json,
     session,
     table,
@@ -524,10 +526,13 @@ def schedules_list(
     ] = None,
     limit: LimitOpt = None,
     cursor: CursorOpt = None,
+    order: OrderOpt = None,
 ) -> None:
     """List the tenant's schedules with their next fire times."""
     with session(remote, as_json) as client:
-        page = client.list_schedules(source=source, limit=limit, cursor=cursor)
+        page = client.list_schedules(
+            source=source, limit=limit, cursor=cursor, order=order_of(order)
+        )
     rows = [schedule_row(s) for s in page.items]
     emit(page, as_json, table(SCHEDULE_COLUMNS, rows, page.next_cursor, "no schedules"))
 
@@ -652,13 +657,32 @@ def schedules_occurrences(
     as_json: bool,
     schedule: ScheduleArg,
     state: Annotated[str | None, typer.Option(help="Only this state.")] = None,
+    origin: Annotated[
+        str | None, typer.Option(help="Only schedule, trigger or backfill.", show_default=False)
+    ] = None,
+    after: Annotated[
+        str | None,
+        typer.Option("--from", help="Only instants from this one, included.", show_default=False),
+    ] = None,
+    to: Annotated[
+        str | None, typer.Option(help="Only instants before this one.", show_default=False)
+    ] = None,
     limit: LimitOpt = None,
     cursor: CursorOpt = None,
+    order: OrderOpt = None,
 ) -> None:
-    """A schedule's occurrences and skipped ranges."""
+    """A schedule's occurrences and skipped ranges, newest first."""
     with session(remote, as_json) as client:
-        schedule_id = schedule_id_of(client, schedule)
-        page = client.list_occurrences(schedule_id, state=state, limit=limit, cursor=cursor)
+        page = client.list_occurrences(
+            schedule_id_of(client, schedule),
+            state=state,
+            origin=origin,
+            after=after,
+            to=to,
+            limit=limit,
+            cursor=cursor,
+            order=order_of(order),
+        )
     rows = [occurrence_row(o) for o in page.items]
     emit(page, as_json, table(OCCURRENCE_COLUMNS, rows, page.next_cursor, "no occurrences"))
 

@@ -14,18 +14,21 @@ from punctual.cli.remote import (
     CursorOpt,
     KeyOpt,
     LimitOpt,
+    OrderOpt,
     Remote,
     VersionOpt,
     block,
     emit,
     last_error,
     mutation_key,
+    order_of,
     pairs,
     parse_json,
     session,
     table,
     tenant_command,
 )
+from punctual.cli.schedules import schedule_id_of
 
 if TYPE_CHECKING:
     from punctual.resources import Finding, Health, Run, Start
@@ -145,6 +148,7 @@ def starts_list(
     business_request_id: Annotated[str | None, typer.Option(help="Only this request.")] = None,
     limit: LimitOpt = None,
     cursor: CursorOpt = None,
+    order: OrderOpt = None,
 ) -> None:
     """List the tenant's scheduled starts, a page at a time."""
     with session(remote, as_json) as client:
@@ -154,6 +158,7 @@ def starts_list(
             business_request_id=business_request_id,
             limit=limit,
             cursor=cursor,
+            order=order_of(order),
         )
     rows = [start_row(s) for s in page.items]
     emit(page, as_json, table(START_COLUMNS, rows, page.next_cursor, "no starts"))
@@ -268,16 +273,37 @@ def runs_list(
     as_json: bool,
     workflow: Annotated[str | None, typer.Option(help="Only this workflow.")] = None,
     state: Annotated[str | None, typer.Option(help="Only this state.")] = None,
+    schedule: Annotated[
+        str | None,
+        typer.Option(help="Only runs of this schedule (its id or name).", show_default=False),
+    ] = None,
+    origin: Annotated[
+        str | None,
+        typer.Option(
+            help="Only runs of this start or occurrence (its id), or of this kind of origin: "
+            "scheduled_start or schedule.",
+            show_default=False,
+        ),
+    ] = None,
     origin_id: Annotated[
-        str | None, typer.Option(help="Only runs of this start or occurrence.")
+        str | None, typer.Option(help="Only runs of this start or occurrence.", hidden=True)
     ] = None,
     limit: LimitOpt = None,
     cursor: CursorOpt = None,
+    order: OrderOpt = None,
 ) -> None:
-    """List the tenant's runs, a page at a time."""
+    """List the tenant's runs, newest first, a page at a time."""
     with session(remote, as_json) as client:
+        schedule_id = schedule_id_of(client, schedule) if schedule is not None else None
         page = client.list_runs(
-            workflow=workflow, state=state, origin_id=origin_id, limit=limit, cursor=cursor
+            workflow=workflow,
+            state=state,
+            schedule_id=schedule_id,
+            origin=origin,
+            origin_id=origin_id,
+            limit=limit,
+            cursor=cursor,
+            order=order_of(order),
         )
     rows = [run_row(r) for r in page.items]
     emit(page, as_json, table(RUN_COLUMNS, rows, page.next_cursor, "no runs"))
@@ -387,6 +413,21 @@ def members_add(
     emit(member, as_json, f"{member.subject} is {member.role} of {member.tenant}")
 
 
+@tenant_command(members_app.command("list"))
+def members_list(
+    remote: Remote,
+    as_json: bool,
+    limit: LimitOpt = None,
+    cursor: CursorOpt = None,
+    order: OrderOpt = None,
+) -> None:
+    """The tenant's members and their roles, the latest to join first."""
+    with session(remote, as_json) as client:
+        page = client.list_members(limit=limit, cursor=cursor, order=order_of(order))
+    rows = [(m.subject, m.role, m.created_at) for m in page.items]
+    emit(page, as_json, table(("SUBJECT", "ROLE", "JOINED"), rows, page.next_cursor, "no members"))
+
+
 @tenant_command(members_app.command("remove"))
 def members_remove(
     remote: Remote,
@@ -434,10 +475,11 @@ def tokens_list(
     as_json: bool,
     limit: LimitOpt = None,
     cursor: CursorOpt = None,
+    order: OrderOpt = None,
 ) -> None:
     """List the tenant's tokens (never their secrets)."""
     with session(remote, as_json) as client:
-        page = client.list_tokens(limit=limit, cursor=cursor)
+        page = client.list_tokens(limit=limit, cursor=cursor, order=order_of(order))
     rows = [
         (t.id, t.subject, "revoked" if t.revoked else "active", t.created_at, t.expires_at)
         for t in page.items
