@@ -266,6 +266,29 @@ StartsAtOpt = Annotated[
 ]
 
 
+WorkloadClassOpt = Annotated[str | None, typer.Option(help="Host workload class.")]
+MaxCatchUpOpt = Annotated[int | None, typer.Option(help="1-100 per pass.")]
+CatchUpWindowOpt = Annotated[float | None, typer.Option(help="Seconds back that catch-up reaches.")]
+MisfireGraceOpt = Annotated[int | None, typer.Option(help="Lateness still on time.")]
+VersionPolicyOpt = Annotated[str | None, typer.Option(help="active_at_fire (default) or pinned.")]
+RegressionOpt = Annotated[
+    str | None, typer.Option(help="The regression policy as JSON (or @FILE).")
+]
+EndAtOpt = Annotated[
+    str | None, typer.Option(help="No fire after this RFC 3339 instant.", show_default=False)
+]
+MaxOccurrencesOpt = Annotated[
+    int | None, typer.Option(help="Stop after this many fires.", show_default=False)
+]
+JitterOpt = Annotated[
+    int | None, typer.Option(help="Delay each fire by up to this much.", show_default=False)
+]
+StartDeadlineOpt = Annotated[
+    int | None,
+    typer.Option(help="Never start a fire's body this long after it was due (>= 1000)."),
+]
+
+
 @tenant_command(schedules_app.command("create"))
 def schedules_create(
     remote: Remote,
@@ -283,36 +306,21 @@ def schedules_create(
     dst_overlap: DstOverlapOpt = None,
     interval_ms: IntervalOpt = None,
     starts_at: StartsAtOpt = None,
-    workload_class: Annotated[str | None, typer.Option(help="Host workload class.")] = None,
-    max_catch_up: Annotated[int | None, typer.Option(help="1-100 per pass.")] = None,
-    catch_up_window: Annotated[
-        float | None, typer.Option(help="Seconds back that catch-up reaches.")
-    ] = None,
-    misfire_grace_ms: Annotated[int | None, typer.Option(help="Lateness still on time.")] = None,
-    version_policy: Annotated[
-        str | None, typer.Option(help="active_at_fire (default) or pinned.")
-    ] = None,
+    workload_class: WorkloadClassOpt = None,
+    max_catch_up: MaxCatchUpOpt = None,
+    catch_up_window: CatchUpWindowOpt = None,
+    misfire_grace_ms: MisfireGraceOpt = None,
+    version_policy: VersionPolicyOpt = None,
     paused: Annotated[bool, typer.Option("--paused", help="Create it paused.")] = False,
-    regression: Annotated[
-        str | None, typer.Option(help="The regression policy as JSON (or @FILE).")
-    ] = None,
-    end_at: Annotated[
-        str | None, typer.Option(help="No fire after this RFC 3339 instant.", show_default=False)
-    ] = None,
-    max_occurrences: Annotated[
-        int | None, typer.Option(help="Stop after this many fires.", show_default=False)
-    ] = None,
-    jitter_ms: Annotated[
-        int | None, typer.Option(help="Delay each fire by up to this much.", show_default=False)
-    ] = None,
+    regression: RegressionOpt = None,
+    end_at: EndAtOpt = None,
+    max_occurrences: MaxOccurrencesOpt = None,
+    jitter_ms: JitterOpt = None,
     business_day: BusinessDayOpt = None,
     at: AtOpt = None,
     specs: SpecsOpt = None,
     calendar: CalendarOpt = None,
-    start_deadline_ms: Annotated[
-        int | None,
-        typer.Option(help="Never start a fire's body this long after it was due (>= 1000)."),
-    ] = None,
+    start_deadline_ms: StartDeadlineOpt = None,
     idempotency_key: KeyOpt = None,
 ) -> None:
     """Create a recurring schedule (cron in a time zone, an interval, a business day, or
@@ -384,22 +392,16 @@ def schedules_update(
     calendar: CalendarOpt = None,
     overlap: Annotated[str | None, typer.Option(help="skip, buffer_one or allow_all.")] = None,
     missed: Annotated[str | None, typer.Option(help="catch_up or skip.")] = None,
-    max_catch_up: Annotated[int | None, typer.Option(help="1-100 per pass.")] = None,
-    catch_up_window: Annotated[
-        float | None, typer.Option(help="Seconds back that catch-up reaches.")
-    ] = None,
-    misfire_grace_ms: Annotated[int | None, typer.Option(help="Lateness still on time.")] = None,
-    version_policy: Annotated[str | None, typer.Option(help="active_at_fire or pinned.")] = None,
-    workload_class: Annotated[str | None, typer.Option(help="Host workload class.")] = None,
-    regression: Annotated[
-        str | None, typer.Option(help="The regression policy as JSON (or @FILE).")
-    ] = None,
-    end_at: Annotated[str | None, typer.Option(help="No fire after this instant.")] = None,
-    max_occurrences: Annotated[int | None, typer.Option(help="Stop after this many.")] = None,
-    jitter_ms: Annotated[int | None, typer.Option(help="Delay each fire by up to this.")] = None,
-    start_deadline_ms: Annotated[
-        int | None, typer.Option(help="Never start a fire's body this long after it was due.")
-    ] = None,
+    max_catch_up: MaxCatchUpOpt = None,
+    catch_up_window: CatchUpWindowOpt = None,
+    misfire_grace_ms: MisfireGraceOpt = None,
+    version_policy: VersionPolicyOpt = None,
+    workload_class: WorkloadClassOpt = None,
+    regression: RegressionOpt = None,
+    end_at: EndAtOpt = None,
+    max_occurrences: MaxOccurrencesOpt = None,
+    jitter_ms: JitterOpt = None,
+    start_deadline_ms: StartDeadlineOpt = None,
     blackouts: Annotated[
         str | None,
         typer.Option(help='Blackout windows as JSON (or @FILE): [{"from", "to", "reason"?}].'),
