@@ -194,11 +194,11 @@ def test_every_optional_body_field_states_its_default(document: dict[str, Any]) 
     assert undeclared == []
 
 
-def test_a_start_needs_no_workload_class(document: dict[str, Any]) -> None:
+def test_a_start_s_optional_fields_state_their_defaults(document: dict[str, Any]) -> None:
     start = document["components"]["schemas"]["CreateStartBody"]
-    assert "workload_class" not in start["required"]
-    assert start["properties"]["workload_class"]["default"] == "standard"
+    assert "workload_class" in start["required"], "API.md: only time_zone, attributes, traceparent"
     assert start["properties"]["attributes"]["default"] == {}
+    assert start["properties"]["time_zone"]["default"] is None
 
 
 def test_operation_ids_are_the_route_names(document: dict[str, Any]) -> None:

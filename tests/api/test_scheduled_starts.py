@@ -754,17 +754,6 @@ def test_body_larger_than_the_host_limit_is_413(
     assert response.json()["error"]["code"] in {"body_too_large", "input_too_large"}
 
 
-def test_a_start_without_a_workload_class_is_standard(
-    system: bootstrap.Punctual, client: TestClient
-) -> None:
-    api = member_api(system, client, "acme", "alice")
-    body = echo_start()
-    del body["workload_class"]
-    response = api.post("/scheduled-starts", body)
-    assert response.status_code == 201, response.text
-    assert response.json()["workload_class"] == "standard"
-
-
 def test_workload_class_not_allowed(system: bootstrap.Punctual, client: TestClient) -> None:
     api = member_api(system, client)
     details = error_of(

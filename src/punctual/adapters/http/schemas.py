@@ -104,10 +104,10 @@ class CreateStartBody(_Body):
     start_at: Instant
     time_zone: str | None = Field(default=None, max_length=64)
     workload_class: str = Field(
-        default="standard",
         min_length=1,
         max_length=64,
-        description="A class the host configures; `standard` when not sent, as for a schedule.",
+        description="A class the host configures (API.md requires it on a start; the typed "
+        "client and the CLI send `standard` when none is given).",
     )
     attributes: dict[Annotated[str, StringConstraints(max_length=100)], Label] = Field(
         default_factory=dict, max_length=50, json_schema_extra={"default": {}}
