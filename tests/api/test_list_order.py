@@ -233,6 +233,18 @@ def test_a_bad_order_and_an_order_against_its_cursor_are_422(
     assert error_of(turned) == (422, "invalid_cursor")
 
 
+def test_a_tampered_cursor_is_refused_and_an_unknown_schedule_is_404_first(
+    system: bootstrap.Punctual, admin: Api
+) -> None:
+    listed = LISTS["occurrences"](system, admin)
+    _, cursor = keys(admin, listed, limit=2)
+    assert cursor is not None
+    tampered = admin.get(listed.path, **listed.params, cursor=f"!!{cursor}!!")
+    assert error_of(tampered) == (422, "invalid_cursor")
+    unknown = admin.get("/schedules/sch_0123456789abcdef01234567/occurrences", cursor="!!")
+    assert error_of(unknown) == (404, "not_found"), "existence is judged before the query"
+
+
 def _seq_of(system: bootstrap.Punctual, table: sa.Table, row_id: str) -> int:
     with system.store.engine.connect() as conn:
         seq: int = conn.execute(sa.select(table.c.seq).where(table.c.id == row_id)).scalar_one()

@@ -21,6 +21,7 @@ from typing import Any
 
 import pytest
 
+from punctual.cli.schedules import CLEARABLE
 from tests.e2e.test_cli_and_serve import CLI_SECONDS, PUNCTUAL, clean_env, together, wait_for
 from tests.e2e.test_cli_over_http import Cli, cli, error_code
 from tests.support.webhook_receiver import Receiver
@@ -29,6 +30,7 @@ pytestmark = pytest.mark.e2e
 __all__ = ["cli"]  # the module's server, shared by its tests
 
 RUN_SECONDS = 60.0
+T_END = "2099-01-01T00:00:00Z"
 
 
 @pytest.fixture
@@ -104,9 +106,12 @@ def test_lists_print_a_table_with_headers_and_json_stays_the_routes(cli: Cli) ->
 
 def test_version_and_shell_completion() -> None:
     def run(*args: str) -> subprocess.CompletedProcess[str]:
+        # Without a shell above it (as under a test runner) Typer cannot guess the shell;
+        # this switch makes --show-completion take it as a value instead.
+        env = {**clean_env(), "_TYPER_COMPLETE_TEST_DISABLE_SHELL_DETECTION": "1"}
         return subprocess.run(
             [str(PUNCTUAL), *args],
-            env=clean_env(),
+            env=env,
             capture_output=True,
             text=True,
             timeout=CLI_SECONDS,
@@ -143,6 +148,9 @@ def test_a_schedule_is_named_by_id_or_name_anywhere(cli: Cli) -> None:
     cleared = cli.json("schedules", "update", "reports/daily", "--clear", "end_at")
     assert cleared["end_at"] is None
     assert cleared["jitter_ms"] == 500
+    every = [arg for field in CLEARABLE for arg in ("--clear", field)]
+    defaults = cli.json("schedules", "update", "reports/daily", *every)
+    assert {field: defaults[field] for field in CLEARABLE} == dict.fromkeys(CLEARABLE)
 
     respecified = cli.json(
         "schedules", "update", "reports/daily", "--cron", "30 6 * * 1-5", "--time-zone",
@@ -205,25 +213,31 @@ def test_a_buffered_occurrence_is_canceled_by_the_schedules_name(cli: Cli) -> No
     canceled = cli.json("schedules", "cancel-occurrence", made["name"], waiting["id"])
     assert canceled["id"] == waiting["id"]
     assert canceled["state"] == "canceled"
-    again = cli("schedules", "cancel-occurrence", made["name"], waiting["id"])
-    assert again.returncode == 3, (again.stdout, again.stderr)
+    again = cli("schedules", "cancel-occurrence", made["name"], waiting["id"], "--json")
+    assert again.returncode == 4, (again.stdout, again.stderr)
+    assert error_code(again) == "invalid_state", "the server judges an ended occurrence"
+    unknown = cli("schedules", "cancel-occurrence", made["name"], "occ_0123456789abcdef01234567")
+    assert unknown.returncode == 3, (unknown.stdout, unknown.stderr)
     assert cli.json("runs", "terminate", run_id)["state"] == "terminated"
 
 
 def test_schedule_commands_refuse_what_cannot_be_meant(cli: Cli) -> None:
     create_schedule(cli, "refusals")
-    unknown, nothing, bad_clear, clash, lone_zone = together(
+    unknown, nothing, bad_clear, clash, lone_zone, zoneless = together(
         lambda: cli("schedules", "get", "no-such-schedule"),
         lambda: cli("schedules", "update", "refusals"),
-        lambda: cli("schedules", "update", "refusals", "--clear", "workflow"),
-        lambda: cli("schedules", "update", "refusals", "--jitter-ms", "5", "--clear", "jitter_ms"),
+        lambda: cli("schedules", "update", "refusals", "--clear", "jitter_ms"),
+        lambda: cli("schedules", "update", "refusals", "--end-at", T_END, "--clear", "end_at"),
         lambda: cli("schedules", "update", "refusals", "--time-zone", "UTC"),
+        lambda: cli("schedules", "update", "refusals", "--cron", "0 8 * * *"),
     )
     assert unknown.returncode == 3, unknown.stderr
     assert nothing.returncode == 2 and "nothing to change" in nothing.stderr
     assert bad_clear.returncode == 2 and "--clear takes one of" in bad_clear.stderr
     assert clash.returncode == 2 and "contradict" in clash.stderr
     assert lone_zone.returncode == 2 and "needs its spec" in lone_zone.stderr
+    assert zoneless.returncode == 2 and "needs its --time-zone" in zoneless.stderr
+    assert cli.json("schedules", "get", "refusals")["spec"]["time_zone"] == "Europe/Berlin"
 
     stale = cli("schedules", "update", "refusals", "--jitter-ms", "5", "--version", "99", "--json")
     assert stale.returncode == 4, stale.stderr
@@ -390,3 +404,12 @@ def test_members_are_listed_latest_first(cli: Cli) -> None:
 
     bad = cli("members", "list", "--order", "sideways")
     assert bad.returncode == 2, bad.stderr
+
+
+def test_names_with_dots_are_names(cli: Cli) -> None:
+    """``..`` and ``.`` would be dot segments of the URL, which resolve away."""
+    for name in ("..", ".", "v1.2"):
+        made = create_schedule(cli, name)
+        assert cli.json("schedules", "get", name)["id"] == made["id"], name
+        paused = cli.json("schedules", "pause", name)
+        assert (paused["id"], paused["state"]) == (made["id"], "paused")

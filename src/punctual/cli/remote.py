@@ -306,8 +306,9 @@ def table(
 ) -> list[str]:
     """A list as people read it: a header line and aligned columns (the last one is left
     ragged, so a long message does not pad every line), then how to get the next page
-    when there is one. ``--json`` prints the route's page instead."""
-    cells = [[shown(value) for value in row] for row in rows]
+    when there is one (a value's line breaks and tabs become spaces, so a row stays one
+    line). ``--json`` prints the route's page instead."""
+    cells = [[" ".join(shown(value).split()) for value in row] for row in rows]
     if not cells:
         lines = [empty]
     else:

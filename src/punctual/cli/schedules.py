@@ -356,18 +356,15 @@ def schedules_create(
 
 CLEARABLE = (
     "calendar",
-    "max_catch_up",
     "catch_up_window",
-    "misfire_grace_ms",
     "regression",
     "end_at",
     "max_occurrences",
-    "jitter_ms",
     "start_deadline_ms",
-    "blackouts",
     "pause_until",
 )
-"""The fields ``--clear`` sends as ``null`` (back to the default: no end, no jitter...)."""
+"""The fields ``--clear`` sends as ``null``: the ones whose absence means something (no
+calendar, no end, no deadline...). The others take a value (``--jitter-ms 0``)."""
 
 
 @tenant_command(schedules_app.command("update"))
@@ -447,6 +444,9 @@ def schedules_update(
         changes["regression"] = parse_json(regression, "--regression")
     if blackouts is not None:
         changes["blackouts"] = parse_json(blackouts, "--blackouts")
+    if (cron is not None or business_day is not None) and time_zone is None:
+        # The spec is replaced whole: without its zone it would quietly become UTC.
+        fail(EXIT_INVALID, "a new --cron or --business-day needs its --time-zone")
     spec = spec_of(cron, time_zone, dst_gap, dst_overlap, interval_ms, starts_at, business_day, at)
     if spec is not None or specs is not None:
         changes.update(timing_of(spec, specs, None))
@@ -713,18 +713,28 @@ def schedules_cancel_occurrence(
     emit(occurrence, as_json, occurrence_line(occurrence))
 
 
+OCCURRENCES_LOOKED_AT = 1_000
+"""How far back ``cancel-occurrence`` looks for an occurrence's version (newest first)."""
+
+
 def _occurrence_version(client: PunctualClient, schedule_id: str, occurrence_id: str) -> int:
-    """The current version of an occurrence that may still be canceled: it waits for its
-    time (``scheduled``) or for the run before it (``buffered``), and such are few."""
+    """The occurrence's current version, from the schedule's occurrences newest first (a
+    cancel is for one that has not started: a recent one). Whatever its state, the server
+    then decides: a dispatched one is a conflict that names its run."""
     from punctual.client import iterate
 
     listed = functools.partial(client.list_occurrences, schedule_id)
-    for state in ("scheduled", "buffered"):
-        for occurrence in iterate(listed, state=state, limit=100):
-            if occurrence.id == occurrence_id:
-                version: int = occurrence.version
-                return version
-    fail(EXIT_NOT_FOUND, f"no occurrence {occurrence_id} waiting to start in that schedule")
+    for looked, occurrence in enumerate(iterate(listed, limit=100)):
+        if occurrence.id == occurrence_id:
+            version: int = occurrence.version
+            return version
+        if looked + 1 >= OCCURRENCES_LOOKED_AT:
+            break
+    fail(
+        EXIT_NOT_FOUND,
+        f"no occurrence {occurrence_id} among the schedule's newest {OCCURRENCES_LOOKED_AT}; "
+        "pass --version to cancel an older one",
+    )
 
 
 @tenant_command(schedules_app.command("audit"))

@@ -45,7 +45,9 @@ class Call(Generic[T]):
 
 
 def escaped(value: str) -> str:
-    return quote(value, safe="")
+    """``value`` as one path segment. A dot is escaped too: a name such as ``..`` would
+    otherwise be a dot segment, which the URL resolves away (``by-name/..`` is the list)."""
+    return quote(value, safe="").replace(".", "%2E")
 
 
 def instant(value: datetime | str | None) -> str | None:

@@ -70,7 +70,9 @@ def read_cursor(cursor: str | None, order: str | None, legacy: Order) -> tuple[O
     if not cursor:
         return asked or Order.NEWEST, None
     try:
-        raw = base64.urlsafe_b64decode(cursor.encode() + b"=" * (-len(cursor) % 4)).decode()
+        padded = cursor.encode() + b"=" * (-len(cursor) % 4)
+        # Strict: a character outside the alphabet is a cursor this API did not make.
+        raw = base64.b64decode(padded, altchars=b"-_", validate=True).decode()
     except (ValueError, UnicodeError):
         raise _not_ours() from None
     kind, colon, position = raw.partition(":")

@@ -408,18 +408,19 @@ def list_schedules(
 def list_occurrences(
     services: Services, principal: Principal, query: ListOccurrences
 ) -> dict[str, Any]:
-    at = seek(query.limit, query.cursor, query.order, legacy=Order.OLDEST)
-    check_choice("state", query.state, [s.value for s in StartState])
-    check_choice("origin", query.origin, [o.value for o in OccurrenceOrigin])
-    if query.start is not None and query.end is not None and query.start >= query.end:
-        message = "from must be before to: the range is [from, to)"
-        raise InvalidRequest(
-            message, errors=[{"loc": ["query", "from"], "msg": message, "type": "range"}]
-        )
-    where = OccurrenceFilter(query.state, query.origin, query.start, query.end)
     with services.store.transaction(readonly=True) as tx:
+        # Existence first (404), then what the request itself says (422): API.md's order.
         if tx.schedules.get(principal.tenant, query.schedule_id, deleted=True) is None:
             raise not_found("schedule", query.schedule_id)
+        at = seek(query.limit, query.cursor, query.order, legacy=Order.OLDEST)
+        check_choice("state", query.state, [s.value for s in StartState])
+        check_choice("origin", query.origin, [o.value for o in OccurrenceOrigin])
+        if query.start is not None and query.end is not None and query.start >= query.end:
+            message = "from must be before to: the range is [from, to)"
+            raise InvalidRequest(
+                message, errors=[{"loc": ["query", "from"], "msg": message, "type": "range"}]
+            )
+        where = OccurrenceFilter(query.state, query.origin, query.start, query.end)
         rows = tx.starts.find_occurrences(query.schedule_id, where, at)
         follows = tx.follow_through.get_many([o.id for _, o in shown(rows, at)])
     return page(rows, at, lambda o: occurrence_view(o, follows.get(o.id)))

@@ -23,7 +23,7 @@ from punctual.adapters.stores.sql.dialects import (
     update_many,
 )
 from punctual.adapters.stores.sql.listener import ENDED_CHANNEL, RUNS_CHANNEL
-from punctual.adapters.stores.sql.reads import first_record, paged
+from punctual.adapters.stores.sql.reads import first_record, paged, paged_within
 from punctual.adapters.stores.sql.rows import (
     encrypted_columns,
     encrypted_from_row,
@@ -111,13 +111,14 @@ class SqlRuns:
             query = query.where(_r.state == where.state)
         if where.origin_id:
             query = query.where(_r.origin_id == where.origin_id)
-        if where.schedule_id:
-            query = query.where(_r.schedule_id == where.schedule_id)
         if where.source == "schedule":
             query = query.where(_r.schedule_id.is_not(None))
         elif where.source == "scheduled_start":
             query = query.where(_r.schedule_id.is_(None))
-        query = paged(query, _r.seq, at)
+        if where.schedule_id:
+            query = paged_within(query, _r.schedule_id, where.schedule_id, _r.seq, at)
+        else:
+            query = paged(query, _r.seq, at)
         return [(r["seq"], run_from_row(r)) for r in self._conn.execute(query).mappings()]
 
     def count_unfinished(self, workflow: str, version: str) -> int:

@@ -23,7 +23,7 @@ from punctual.adapters.stores.sql.dialects import (
 from punctual.adapters.stores.sql.keys import key_usage
 from punctual.adapters.stores.sql.listener import DUE_CHANNEL
 from punctual.adapters.stores.sql.pending_counts import pending_by_class
-from punctual.adapters.stores.sql.reads import first_record, paged
+from punctual.adapters.stores.sql.reads import first_record, paged, paged_within
 from punctual.adapters.stores.sql.rows import (
     encrypted_columns,
     encrypted_from_row,
@@ -211,7 +211,7 @@ class SqlStarts:
     def find_occurrences(
         self, schedule_id: str, where: OccurrenceFilter, at: Seek[int]
     ) -> list[tuple[int, ScheduledStart]]:
-        query = sa.select(t.starts).where(_s.schedule_id == schedule_id)
+        query = sa.select(t.starts)
         if where.state:
             query = query.where(_s.state == where.state)
         if where.origin == OccurrenceOrigin.SCHEDULE.value:
@@ -224,7 +224,7 @@ class SqlStarts:
             # A skipped range counts when any of its instants is in [start, end).
             last = sa.func.coalesce(_s.range_last, _s.occurrence_at)
             query = query.where(last >= where.start)
-        query = paged(query, _s.seq, at)
+        query = paged_within(query, _s.schedule_id, schedule_id, _s.seq, at)
         return [(r["seq"], _occurrence_from_row(r)) for r in self._conn.execute(query).mappings()]
 
     def occurrences_since(
