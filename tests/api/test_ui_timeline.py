@@ -158,6 +158,28 @@ def test_every_window_has_a_few_ticks_at_most_eight(seconds: int) -> None:
     assert all(t.at.timestamp() % window.tick.total_seconds() == 0 for t in built.ticks)
 
 
+@pytest.mark.parametrize(
+    ("gap", "quiet_for", "span"),
+    [
+        (timedelta(minutes=1), None, timedelta(minutes=30)),
+        (timedelta(minutes=1), timedelta(minutes=10), timedelta(minutes=30)),
+        (timedelta(minutes=1), timedelta(hours=5), timedelta(hours=6)),
+        (timedelta(seconds=1), timedelta(hours=1), timedelta(minutes=66)),
+        (timedelta(days=1), timedelta(days=400), timeline.MAX_WINDOW),
+        (None, timedelta(days=10), timedelta(days=11)),
+    ],
+)
+def test_the_window_reaches_back_to_the_last_fire(
+    gap: timedelta | None, quiet_for: timedelta | None, span: timedelta
+) -> None:
+    """A cron that fires in bursts (every minute from 9 to 10) seen at 15:00, or a paused
+    schedule: the window goes back to where it stopped, not to an empty stretch."""
+    window = timeline.window_reaching(gap, quiet_for)
+    assert window.span == span
+    if quiet_for is not None and quiet_for < timeline.MAX_WINDOW:
+        assert window.span > quiet_for, "the last fire is on the picture"
+
+
 def test_the_typical_gap_is_the_median_gap_between_fire_times() -> None:
     def at(*hours: float) -> list[datetime]:
         return [NOW + timedelta(hours=h) for h in hours]

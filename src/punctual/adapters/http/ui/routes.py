@@ -471,14 +471,18 @@ def _recent_occurrences(
 
 def _window(view: dict[str, Any], now: datetime) -> timeline.Window:
     """The timeline's window, from the schedule's rhythm: the median gap between its next
-    fire times, previewed from now so that a paused or ended schedule is measured too."""
+    fire times, previewed from now so that a paused or ended schedule is measured too, and
+    reaching back to its last fire."""
     timing = {"specs": view["specs"], "calendar": view["calendar"]}
     try:
         previewed = schedules.preview(timing, now, timeline.FIRES_MEASURED)
         fires = [item["fire_at"] for item in previewed["items"]]
     except (PunctualError, OverflowError):
         fires = view["next_fire_times"]
-    return timeline.window_for(timeline.typical_gap([parse_rfc3339(at) for at in fires]))
+    gap = timeline.typical_gap([parse_rfc3339(at) for at in fires])
+    last = view.get("last_fired_at")
+    quiet_for = now - parse_rfc3339(last) if last else None
+    return timeline.window_reaching(gap, quiet_for)
 
 
 @dataclass(frozen=True)

@@ -226,6 +226,18 @@ def window_for(gap: timedelta | None) -> Window:
     return Window(span, _amount(count, unit), tick)
 
 
+def window_reaching(gap: timedelta | None, quiet_for: timedelta | None) -> Window:
+    """``window_for(gap)``, stretched to reach the schedule's last fire when that lies
+    before it (``quiet_for``: how long ago it fired), up to ``MAX_WINDOW``: a schedule that
+    fires in bursts, or that was paused, shows where it stopped rather than an empty
+    picture."""
+    window = window_for(gap)
+    if quiet_for is None or quiet_for < window.span or window.span >= MAX_WINDOW:
+        return window
+    # A little past the last fire, so its mark is not on the picture's edge.
+    return window_for(quiet_for * 1.1 / GAPS_SHOWN)
+
+
 @dataclass(frozen=True)
 class Mark:
     kind: Kind
