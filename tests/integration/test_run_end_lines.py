@@ -14,6 +14,7 @@ import uuid
 from collections.abc import Iterator
 from datetime import UTC, datetime, timedelta
 from pathlib import Path
+from typing import Any
 
 import pytest
 import sqlalchemy as sa
@@ -57,7 +58,9 @@ def the_one_end_line(
     return line
 
 
-def run_and_read(api: Api, caplog: pytest.LogCaptureFixture, workflow: str, body: dict) -> str:  # type: ignore[type-arg]
+def run_and_read(
+    api: Api, caplog: pytest.LogCaptureFixture, workflow: str, body: dict[str, Any]
+) -> str:
     run_id = run_id_of(api, start_now(api, workflow, body))
     run = wait_for(api, run_id, finished, timeout=WAIT_SECONDS)
     return the_one_end_line(caplog, run_id, run["state"])

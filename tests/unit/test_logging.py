@@ -43,9 +43,9 @@ def restored_logging() -> Iterator[None]:
         logger.propagate = propagate
 
 
-def configured(**settings: object) -> io.StringIO:
+def configured(level: str = "INFO", format: str = "text", access_log: bool = False) -> io.StringIO:
     stream = io.StringIO()
-    configure_logging(**settings, stream=stream)  # type: ignore[arg-type]
+    configure_logging(level=level, format=format, access_log=access_log, stream=stream)
     return stream
 
 
