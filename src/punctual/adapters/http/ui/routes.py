@@ -460,15 +460,6 @@ def schedules_page(
     return _page(request, edge, tenant, build)
 
 
-def _recent_occurrences(
-    edge: Edge, principal: Principal, schedule_id: str, since: datetime
-) -> tuple[list[dict[str, Any]], bool]:
-    """The occurrences whose time (or range) reaches into the window, read by instant (a
-    long history behind the window costs nothing), and whether there were more than the
-    picture draws."""
-    return schedules.occurrences_since(edge.services, principal, schedule_id, since, TIMELINE_MARKS)
-
-
 def _window(view: dict[str, Any], now: datetime) -> timeline.Window:
     """The timeline's window, from the schedule's rhythm: the median gap between its next
     fire times, previewed from now so that a paused or ended schedule is measured too, and
@@ -592,7 +583,10 @@ def _schedule_page(
     view = schedules.get(edge.services, principal, schedule_id)
     now = _now(edge)
     window = _window(view, now)
-    recent, truncated = _recent_occurrences(edge, principal, schedule_id, now - window.span)
+    # Read by instant: a long history or a backfill of old instants costs nothing.
+    recent, truncated = schedules.occurrences_since(
+        edge.services, principal, schedule_id, now - window.span, TIMELINE_MARKS
+    )
     filters = {"state": state or None}
     query = schedules.ListOccurrences(schedule_id, filters["state"], PAGE_SIZE, cursor)
     listed = schedules.list_occurrences(edge.services, principal, query)

@@ -376,6 +376,13 @@ def is_unique_violation(error: sa.exc.IntegrityError, index: sa.Index) -> bool:
     return str(orig) == f"UNIQUE constraint failed: {columns}"
 
 
+def constants(*values: str) -> list[sa.ColumnElement[Any]]:
+    """Text values written into the statement, not bound: SQLite uses a partial index only
+    for a query whose terms repeat its ``WHERE`` literally, never through a parameter.
+    For fixed values of the code's own (states), never for input."""
+    return [sa.literal_column(f"'{value}'") for value in values]
+
+
 def set_lock_timeout(conn: sa.Connection, seconds: float) -> None:
     """Bound how long this transaction waits for a row lock (PostgreSQL only)."""
     if conn.dialect.name == "postgresql":

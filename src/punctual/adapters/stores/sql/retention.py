@@ -20,7 +20,7 @@ from typing import Any
 import sqlalchemy as sa
 
 from punctual.adapters.stores.sql import tables as t
-from punctual.adapters.stores.sql.dialects import for_update, lock_name
+from punctual.adapters.stores.sql.dialects import constants, for_update, lock_name
 from punctual.adapters.stores.sql.holds import RETENTION_LOCK
 from punctual.domain.retention import HoldKind, RecordKind, RetentionWindow
 from punctual.domain.starts import PENDING_STATES, StartState
@@ -34,14 +34,10 @@ Where = list[sa.ColumnElement[bool]]
 Subjects = list[tuple[HoldKind | None, sa.ColumnElement[Any]]]
 
 
-def _constants(*values: str) -> list[sa.ColumnElement[Any]]:
-    return [sa.literal_column(f"'{value}'") for value in values]
-
-
-_TERMINAL_STARTS = _constants("failed", "canceled", "skipped")  # tables.TERMINAL_STARTS
-_ENDED_DELIVERIES = _constants("delivered", "failed")  # tables.ENDED_DELIVERIES
+_TERMINAL_STARTS = constants("failed", "canceled", "skipped")  # tables.TERMINAL_STARTS
+_ENDED_DELIVERIES = constants("delivered", "failed")  # tables.ENDED_DELIVERIES
 _COMPLETED: sa.ColumnElement[str] = sa.literal_column("'completed'")
-_PENDING_OCCURRENCES = _constants(*sorted({*PENDING_STATES, StartState.BUFFERED}))
+_PENDING_OCCURRENCES = constants(*sorted({*PENDING_STATES, StartState.BUFFERED}))
 _DISPATCHED: sa.ColumnElement[str] = sa.literal_column("'dispatched'")
 _FOLLOWED_THROUGH: sa.ColumnElement[int] = sa.literal_column("2")
 

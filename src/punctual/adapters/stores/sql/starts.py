@@ -13,6 +13,7 @@ from sqlalchemy.engine import RowMapping
 from punctual.adapters.stores.sql import tables as t
 from punctual.adapters.stores.sql.dialects import (
     claimable,
+    constants,
     for_update,
     insert_ignore,
     lease_expiry,
@@ -684,11 +685,8 @@ class SqlStarts:
         return min(candidates) if candidates else None
 
 
-_DUE_INDEX_STATES: list[sa.ColumnElement[str]] = [
-    sa.literal_column(f"'{state}'") for state in ("scheduled", "dispatching")
-]
-"""``ix_starts_due``'s predicate, as constants: SQLite uses a partial index only for a query
-whose terms imply its ``WHERE`` literally, never through a bound parameter."""
+_DUE_INDEX_STATES = constants("scheduled", "dispatching")
+"""``ix_starts_due``'s predicate, written as its ``WHERE`` is."""
 
 
 def _due_waiting(now: datetime) -> list[sa.ColumnElement[bool]]:
